@@ -1,0 +1,1 @@
+"""Plain Python that runs inside Spark tasks; never imports a SparkSession."""

@@ -1,0 +1,472 @@
+"""One polite, bounded HTTP GET: the network half of the in-task fetch loop.
+
+Guarantees:
+- Identified: refuses to start without a valid ``crawler.agent_name`` and a
+  ``crawler.user_agent`` carrying an http(s) contact URL; every request sends
+  that User-Agent. Headers are recorded exactly as sent (for the WARC request
+  record): aiohttp adds nothing but ``Host`` because every other default header
+  is set here, and the recorded list is the request's own header list.
+- Bounded: ``fetch.connect_timeout_s`` for the TCP/TLS connect (per attempt
+  over all addresses), ``fetch.first_byte_timeout_s`` from sending the request
+  to the response headers, ``fetch.total_timeout_s`` for the whole request; on
+  expiry mid-body what was read is kept (``truncated="time"``). The body is
+  streamed and decoded incrementally (gzip incl. multi-member, deflate as zlib
+  or raw, br, identity), never more than ``fetch.max_body_bytes`` decoded or
+  wire bytes held (cut: ``truncated="length"``), and a compressed body whose
+  decoded/wire ratio exceeds ``fetch.max_compression_ratio`` once past
+  ``fetch.compression_check_floor_bytes`` decoded is cut the same way with
+  ``error_message`` starting "decompression bomb" (the response is still a
+  response: ``error_class`` stays None). Decoders emit at most 64 KiB per step,
+  so memory stays bounded however small the compressed input. A drop mid-body
+  keeps what was read (``truncated="disconnect"``); a corrupt compressed stream
+  keeps the decoded prefix (``truncated="unspecified"``, the WARC 1.1 value),
+  or, when nothing decoded at all, the body as received (``decoded=False``),
+  as does an unknown or stacked Content-Encoding. ``accept_robots=True`` sends
+  ``fetch.accept_robots`` and caps the body at ``robots.max_body_bytes`` too.
+- Safe (SSRF): four checks of :class:`crawl_udfs.dns.AddressGuard`, and no
+  request ever leaves for a refused address: (1) IP-literal hosts are checked
+  here before anything else (aiohttp skips the resolver for them); (2) names go
+  through :class:`crawl_udfs.dns.CachingResolver`, which hands aiohttp only
+  approved addresses, and aiohttp connects to exactly those, so DNS rebinding
+  between check and connect is impossible by construction; (3) the connector's
+  socket factory re-checks every socket address right before ``connect()``;
+  (4) every connection handed out, new or reused, has its transport's peer
+  address checked once more before the request is written (a refusal there,
+  which (1)-(3) make impossible, is ``ssrf_blocked``); that peer is ``ip``.
+- Nothing else: no redirects followed (the loop records Location), no cookies
+  kept, no proxy or netrc from the environment, only http and https.
+  ``fetch()`` never raises for network or HTTP trouble; it returns an
+  ``error_class``. Cancellation (the task's budget) still propagates.
+- Build the :class:`Fetcher` inside the task's event loop (``async with``); the
+  session, connector and DNS cache are closed on exit whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import re
+import socket
+import time
+import zlib
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator
+
+import aiohttp
+import brotli
+from aiohttp import client_exceptions as cx
+from aiohttp.http_exceptions import LineTooLong
+from yarl import URL
+
+from crawl_udfs.config import Config
+from crawl_udfs.dns import (AddressBlocked, AddressGuard, CachingResolver, DnsCache, DnsError, SystemLookup,
+                            parse_ip, system_lookup)
+
+ACCEPT_ENCODING = "gzip, deflate, br"  # exactly what _Decoder decodes
+_STEP = 65536  # most decoded bytes produced per decoder step
+_FEED = 4096  # compressed bytes handed to a decoder at once (bounds the over-read of a bomb)
+_AGENT_RE = re.compile(r"[A-Za-z0-9_-]+")
+_CONTACT_RE = re.compile(r"https?://[^\s()<>;,]+")
+_PHASE: contextvars.ContextVar[SimpleNamespace] = contextvars.ContextVar("deltacrawl_fetch_phase")
+
+
+@dataclass
+class FetchResponse:
+    url: str
+    status: int | None
+    reason: str | None
+    http_version: str | None                 # "1.1"
+    headers: list[tuple[str, str]]           # raw response headers in order (UTF-8, surrogateescape)
+    body: bytes                              # decoded body (unless decoded is False), capped
+    wire_bytes: int                          # body bytes read from the wire (after de-chunking)
+    truncated: str | None                    # "length" | "time" | "disconnect" | "unspecified" | None
+    ip: str | None                           # address actually connected to
+    request_target: str                      # e.g. "/a?b=1", as sent
+    request_headers: list[tuple[str, str]]   # exactly as sent, in order, Host first
+    started_at: float                        # epoch seconds, from the injected wall clock
+    t_first_byte_ms: float | None            # request start -> response headers
+    t_total_ms: float | None
+    error_class: str | None                  # None on any HTTP response, else see _classify
+    error_message: str | None                # also carries notes on responses (bomb, encoding)
+    decoded: bool = True                     # False: body kept as received (unknown/corrupt encoding)
+
+
+class _DecodeError(Exception):
+    pass
+
+
+class _Decoder:
+    """Incremental Content-Encoding decoder; ``read(limit)`` yields at most ``limit`` bytes."""
+
+    def __init__(self, encoding: str):
+        self.encoding = encoding
+        self._in = b""
+        self._z: Any = None
+        self._br = brotli.Decompressor() if encoding == "br" else None
+        self.done = False
+        if encoding == "gzip":
+            self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+    def feed(self, data: bytes) -> None:
+        if not self.done:
+            self._in += data
+
+    def read(self, limit: int) -> bytes:
+        try:
+            while not self.done:
+                if self._br is not None:
+                    if self._in or not self._br.can_accept_more_data():
+                        data, self._in = self._in, b""
+                        out = self._br.process(data, output_buffer_limit=limit)
+                        self.done = self._br.is_finished()
+                        if out:
+                            return out
+                        if not data:
+                            return b""
+                        continue
+                    return b""
+                if not self._in:
+                    return b""
+                if self.encoding == "identity":
+                    out, self._in = self._in[:limit], self._in[limit:]
+                    return out
+                if self._z is None:  # deflate: zlib-wrapped (RFC 1950) or raw (RFC 1951)
+                    if len(self._in) < 2:
+                        return b""
+                    b0, b1 = self._in[0], self._in[1]
+                    wrapped = b0 & 0x0F == 8 and (b0 << 8 | b1) % 31 == 0
+                    self._z = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+                before = self._in
+                out = self._z.decompress(before, limit)
+                self._in = self._z.unconsumed_tail
+                if self._z.eof:
+                    rest = self._z.unused_data + self._in
+                    if self.encoding == "gzip" and rest.lstrip(b"\0"):
+                        self._z, self._in = zlib.decompressobj(16 + zlib.MAX_WBITS), rest.lstrip(b"\0")
+                    else:
+                        self._in, self.done = b"", True
+                if out:
+                    return out
+                if self._in == before:
+                    return b""
+            return b""
+        except (zlib.error, brotli.error) as e:
+            raise _DecodeError(f"{self.encoding} decoding failed: {e}") from None
+
+
+def _encoding(values: list[str]) -> tuple[str | None, str | None]:
+    """(decoder name or None, note) for a response's Content-Encoding header values."""
+    codings = [c.strip().lower() for v in values for c in v.split(",") if c.strip()]
+    codings = ["gzip" if c == "x-gzip" else c for c in codings if c != "identity"]
+    if not codings:
+        return "identity", None
+    if len(codings) == 1 and codings[0] in ("gzip", "deflate", "br"):
+        return codings[0], None
+    return None, f"content-encoding {', '.join(codings)!r} not decoded; body stored as received"
+
+
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = getattr(exc, "os_error", None) or exc.__cause__ or exc.__context__
+
+
+def _classify(exc: BaseException, phase: SimpleNamespace) -> str:
+    """The error_class of an exception raised before any response arrived."""
+    chain = list(_chain(exc))
+    if any(isinstance(e, AddressBlocked) for e in chain):
+        return "ssrf_blocked"
+    if isinstance(exc, cx.ConnectionTimeoutError):
+        return "timeout_connect"
+    if isinstance(exc, TimeoutError):
+        if not phase.sent:
+            return "timeout_connect"
+        return "timeout_first_byte" if phase.first_byte_binding else "timeout_total"
+    if isinstance(exc, cx.ClientConnectorDNSError):
+        return "dns"
+    if isinstance(exc, (cx.ClientConnectorCertificateError, cx.ClientSSLError, cx.ClientConnectorSSLError)):
+        return "tls"
+    if any(isinstance(e, LineTooLong) for e in chain) or "too long" in str(exc).lower():
+        return "too_large_headers"
+    if isinstance(exc, cx.NonHttpUrlClientError):
+        return "unsupported_scheme"
+    if isinstance(exc, (cx.InvalidURL, ValueError)):
+        return "bad_url"
+    if isinstance(exc, cx.ClientResponseError):
+        return "protocol"
+    if isinstance(exc, (cx.ClientConnectionError, OSError)):
+        return "connect"
+    return "other"
+
+
+def _message(exc: BaseException) -> str:
+    for e in _chain(exc):
+        if isinstance(e, (AddressBlocked, DnsError)):
+            return f"{type(e).__name__}: {e}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _header_str(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+class Fetcher:
+    """Polite, bounded GETs over one aiohttp session; an async context manager."""
+
+    def __init__(self, conf: Config, *, wall_clock: Callable[[], float] = time.time,
+                 dns_lookup: SystemLookup = system_lookup):
+        """``dns_lookup`` is the system resolver behind the hosts file; tests inject one."""
+        agent, ua = conf.crawler.agent_name, conf.crawler.user_agent
+        if not isinstance(agent, str) or not _AGENT_RE.fullmatch(agent):
+            raise ValueError(f"crawler.agent_name must be a product token (letters, digits, '-', '_'), got {agent!r}")
+        if not ua or not _CONTACT_RE.search(ua) or any(ord(c) < 32 or ord(c) == 127 for c in ua):
+            raise ValueError(f"crawler.user_agent must name the crawler and carry an http(s) contact URL, got {ua!r}")
+        self._conf = conf
+        self._f = conf.fetch
+        self._wall = wall_clock
+        self._dns_lookup = dns_lookup
+        self._guard = AddressGuard(conf.net.allow_private_cidrs)
+        self._session: aiohttp.ClientSession | None = None
+        self._resolver: CachingResolver | None = None
+
+    async def __aenter__(self) -> "Fetcher":
+        cache = DnsCache(self._f, self._conf.net, lookup=self._dns_lookup)
+        self._resolver = CachingResolver(cache, self._guard)
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(self._on_headers_sent)
+        connector = _GuardedConnector(
+            self._guard, resolver=self._resolver, limit=self._f.max_concurrency, limit_per_host=0,
+            ttl_dns_cache=None, use_dns_cache=False, enable_cleanup_closed=True,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[trace],
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._f.connect_timeout_s),
+        )
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            if self._session is not None:
+                await self._session.close()
+        finally:
+            if self._resolver is not None:
+                await self._resolver.close()
+            self._session = self._resolver = None
+
+    async def resolve(self, host: str) -> tuple[str | None, str | None]:
+        """(first guard-approved address, None) or (None, "dns" | "ssrf_blocked").
+
+        Used by the fetch loop to learn a host's IP before its first request, so
+        the per-IP cap holds from the start; goes through the same cache and guard
+        as the connections themselves.
+        """
+        assert self._resolver is not None, "use Fetcher as an async context manager"
+        try:
+            answers = await self._resolver.resolve(host, 0, socket.AF_UNSPEC)
+        except AddressBlocked:
+            return None, "ssrf_blocked"
+        except (DnsError, OSError):
+            return None, "dns"
+        return (answers[0]["host"], None) if answers else (None, "dns")
+
+    async def _on_headers_sent(self, session: Any, ctx: SimpleNamespace, params: Any) -> None:
+        phase = ctx.trace_request_ctx
+        if isinstance(phase, SimpleNamespace) and phase.timeout is not None:
+            loop = asyncio.get_running_loop()
+            first_byte = loop.time() + self._f.first_byte_timeout_s
+            phase.sent, phase.first_byte_binding = True, first_byte < phase.deadline
+            phase.timeout.reschedule(min(first_byte, phase.deadline))
+
+    async def fetch(self, url: str, *, etag: str | None = None, last_modified: str | None = None,
+                    accept_robots: bool = False) -> FetchResponse:
+        """GET ``url`` once; never raises for network or HTTP trouble."""
+        assert self._session is not None, "use Fetcher inside 'async with'"
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        r = FetchResponse(url, None, None, None, [], b"", 0, None, None, "", [], self._wall(),
+                          None, None, None, None)
+
+        def fail(cls: str, msg: str) -> FetchResponse:
+            r.error_class, r.error_message = cls, msg
+            r.t_total_ms = (loop.time() - t0) * 1000
+            return r
+
+        try:
+            u = URL(url)
+            host = u.raw_host
+        except (ValueError, TypeError) as e:
+            return fail("bad_url", f"{url!r}: {e}")
+        if u.scheme not in ("http", "https"):
+            return fail("unsupported_scheme", f"scheme {u.scheme!r} is not fetched")
+        if not host or not u.is_absolute():
+            return fail("bad_url", f"{url!r}: no host")
+        literal = parse_ip(host)
+        if literal is None and re.fullmatch(r"[0-9a-fA-FxX.]+", host) and _inet_aton_ok(host):
+            return fail("bad_url", f"{host!r} is a non-canonical IPv4 address")
+        if literal is not None and not self._guard.check(literal):
+            return fail("ssrf_blocked", f"refused to connect to {literal}")
+
+        headers = [("User-Agent", self._conf.crawler.user_agent),
+                   ("Accept", self._f.accept_robots if accept_robots else self._f.accept),
+                   ("Accept-Encoding", ACCEPT_ENCODING)]
+        if self._f.accept_language:
+            headers.append(("Accept-Language", self._f.accept_language))
+        if etag and etag.isprintable():  # a stored value with CR/LF would be header injection
+            headers.append(("If-None-Match", etag))
+        if last_modified and last_modified.isprintable():
+            headers.append(("If-Modified-Since", last_modified))
+        r.request_target = u.raw_path_qs
+        r.request_headers = [("Host", u.host_port_subcomponent or host)] + headers
+
+        deadline = t0 + self._f.total_timeout_s
+        phase = SimpleNamespace(sent=False, first_byte_binding=False, deadline=deadline, timeout=None, ip=None)
+        token = _PHASE.set(phase)
+        try:
+            async with asyncio.timeout_at(deadline) as phase.timeout:
+                resp = await self._session.get(u, headers=headers, allow_redirects=False,
+                                               trace_request_ctx=phase)
+        except Exception as e:  # network trouble: classified, never raised
+            return fail(_classify(e, phase), _message(e))
+        finally:
+            _PHASE.reset(token)
+        phase.timeout = None
+
+        r.t_first_byte_ms = (loop.time() - t0) * 1000
+        r.request_headers = [(k, v) for k, v in resp.request_info.headers.items()]
+        r.ip = phase.ip
+        r.status, r.reason = resp.status, resp.reason
+        r.http_version = f"{resp.version.major}.{resp.version.minor}" if resp.version else None
+        r.headers = [(_header_str(k), _header_str(v)) for k, v in resp.raw_headers]
+        cap = self._f.max_body_bytes
+        if accept_robots:
+            cap = min(cap, self._conf.robots.max_body_bytes)
+        try:
+            await self._read_body(resp, r, cap, deadline)
+        finally:
+            if r.truncated is None:
+                resp.release()
+            else:
+                resp.close()
+        r.t_total_ms = (loop.time() - t0) * 1000
+        return r
+
+    async def _read_body(self, resp: aiohttp.ClientResponse, r: FetchResponse, cap: int, deadline: float) -> None:
+        body = _Body(resp.headers.getall("Content-Encoding", []), cap,
+                     self._f.max_compression_ratio, self._f.compression_check_floor_bytes)
+        note = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                while body.truncated is None:
+                    chunk = await resp.content.readany()
+                    if not chunk:
+                        break
+                    r.wire_bytes += len(chunk)
+                    body.feed(chunk)
+        except TimeoutError:
+            body.truncated = "time"
+        except (cx.ClientPayloadError, cx.ClientConnectionError, OSError) as e:
+            body.truncated, note = "disconnect", f"{type(e).__name__}: {e}"
+        except Exception as e:  # never raise for what a server sends
+            body.truncated, note = "unspecified", f"{type(e).__name__}: {e}"
+        if body.truncated is None and body.dec.encoding != "identity" and not body.dec.done:
+            body.note = f"{body.dec.encoding} stream ended before its end marker; decoded part kept"
+        r.body, r.truncated, r.decoded = bytes(body.buf), body.truncated, body.decoded
+        r.error_message = "; ".join(n for n in (body.note, note) if n) or None
+
+
+class _Body:
+    """A response body decoded as it streams in, under the size and decompression-bomb caps.
+
+    Compressed input is fed to the decoder in small slices and each decoder step
+    yields at most ``_STEP`` bytes, so the ratio check sees every step and memory
+    stays within the cap whatever the input.
+    """
+
+    def __init__(self, content_encoding: list[str], cap: int, ratio: float, floor: int):
+        name, self.note = _encoding(content_encoding)
+        self.dec, self.decoded = _Decoder(name or "identity"), name is not None
+        self.cap, self.ratio, self.floor = cap, ratio, floor
+        self.buf = bytearray()
+        self.fed = 0                 # wire bytes handed to the decoder
+        self.raw_head = bytearray()  # wire bytes kept only until the first decoded byte
+        self.truncated: str | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        step = len(chunk) if self.dec.encoding == "identity" else _FEED
+        for i in range(0, len(chunk), step):
+            piece = chunk[i:i + step]
+            self.fed += len(piece)
+            if not self.buf and self.dec.encoding != "identity":
+                self.raw_head += piece
+            self.dec.feed(piece)
+            try:
+                self._drain()
+            except _DecodeError as e:
+                self._decode_failed(e)
+            if self.buf:
+                self.raw_head.clear()
+            if self.truncated is not None:
+                return
+        if self.fed > self.cap:  # wire bytes that decode to (almost) nothing
+            self.truncated = "length"
+
+    def _drain(self) -> None:
+        while out := self.dec.read(min(_STEP, self.cap - len(self.buf) + 1)):
+            self.buf += out
+            if len(self.buf) > self.cap:
+                del self.buf[self.cap:]
+                self.truncated = "length"
+                return
+            if len(self.buf) > self.floor and len(self.buf) > self.ratio * self.fed:
+                self.truncated = "length"
+                self.note = (f"decompression bomb: {len(self.buf)} bytes decoded from {self.fed} "
+                             f"({self.dec.encoding}), ratio over {self.ratio:g}")
+                return
+
+    def _decode_failed(self, e: _DecodeError) -> None:
+        if self.buf:  # corrupt mid-stream: keep the decoded prefix
+            self.truncated, self.note = "unspecified", str(e)
+            return
+        # nothing decoded yet: most likely a mislabelled body; keep it as it came
+        self.dec, self.decoded, self.note = _Decoder("identity"), False, f"{e}; body stored as received"
+        self.dec.feed(bytes(self.raw_head))
+        self.raw_head.clear()
+        self._drain()
+
+
+class _GuardedConnector(aiohttp.TCPConnector):
+    """A TCPConnector whose sockets and connections are checked against the SSRF guard."""
+
+    def __init__(self, guard: AddressGuard, **kwargs: Any):
+        self._guard = guard
+        super().__init__(socket_factory=self._socket, **kwargs)
+
+    def _socket(self, addr_info: tuple) -> socket.socket:
+        family, type_, proto, _, address = addr_info
+        if not self._guard.check(address[0]):
+            raise AddressBlocked(f"refused to connect to {address[0]}")
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        conn = await super().connect(req, traces, timeout)
+        peer = conn.transport.get_extra_info("peername") if conn.transport is not None else None
+        ip = peer[0] if peer else None
+        if ip is not None and not self._guard.check(ip):
+            conn.close()
+            raise AddressBlocked(f"connected peer {ip} is refused")
+        phase = _PHASE.get(None)
+        if phase is not None:
+            phase.ip = ip
+        return conn
+
+
+def _inet_aton_ok(host: str) -> bool:
+    try:
+        socket.inet_aton(host)
+        return True
+    except OSError:
+        return False

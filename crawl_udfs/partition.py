@@ -1,0 +1,433 @@
+"""The fetch task: one partition of hosts, fetched politely by one asyncio loop.
+
+:func:`fetch_partition` is the unit Spark runs (``jobs/fetch.py``). Guarantees:
+
+- **One result per fetch-list URL**, whatever happens: fetched, denied, failed,
+  deferred, or ``not_attempted`` when the task's wall-clock budget
+  (``fetch.task_budget_s``) ran out — those come back untouched, to be fetched
+  in a later round. Plus one :class:`~crawl_udfs.rows.HostResult` per host.
+- **Politeness** is the :class:`~crawl_udfs.scheduler.PolitenessScheduler`'s:
+  never two requests in flight to one host, never a request sooner than the
+  host's delay after the previous one ended, a per-IP cap, Retry-After and
+  back-off honoured. The robots.txt fetch is a request like any other and
+  goes through the same gate. The first request to a host waits until the
+  ``next_allowed_at`` the previous round persisted, and a *retried* task
+  (``retried=True``) also waits one host delay first, so a retry never bursts.
+- **robots.txt before pages** (RFC 9309): a host's pages are admitted to the
+  scheduler only once its rules are known (seeded from ``hosts`` when fresh,
+  else fetched first); a 5xx/unreachable robots.txt defers the whole host; the
+  rules are re-checked when they expire during the task, and after a 4xx/5xx
+  page response once ``robots.recheck_after_error_s`` has passed since the
+  last robots fetch, so a site that starts disallowing is obeyed at once.
+- **Redirects are not followed inline**: the target is normalised and returned
+  in ``redirect_to``; ``update`` inserts it into the frontier (kind
+  "redirect", ``redirect_hops + 1``), where it is scheduled politely like any
+  URL, possibly in another task if it is on another host. A self-redirect is
+  reported as ``redirect_loop``; longer loops end because a target already in
+  the crawl DB is not re-inserted, and chains end at ``fetch.max_redirect_hops``.
+- The event loop, HTTP session, DNS cache and WARC writer are created here and
+  closed in ``finally``; nothing survives into the next task run by the same
+  (reused) Python worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Protocol
+
+from crawl_udfs.config import Config
+from crawl_udfs.fetcher import Fetcher, FetchResponse
+from crawl_udfs.parser import parse
+from crawl_udfs.robots import RobotsPolicy, robots_url
+from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome, Outlink
+from crawl_udfs.scheduler import PolitenessScheduler
+from crawl_udfs.signatures import payload_digest
+from crawl_udfs.simhash import simhash
+from crawl_udfs.url_normalize import UrlNormalizer, fingerprint
+from crawl_udfs.warc import HttpExchange, RollingWarcWriter
+
+
+class Clock(Protocol):
+    """Wall-clock time (epoch seconds) and a way to wait; injected for tests."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class RealClock:
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+_ROBOTS = object()  # the scheduler item that stands for "fetch this host's robots.txt"
+
+
+@dataclass
+class _HostRun:
+    """What the task knows of one host while it runs."""
+
+    name: str
+    scheme_port: str | None = None        # "http://host:port" of its first URL, for robots.txt
+    policy: RobotsPolicy | None = None
+    robots_pending: bool = False
+    waiting: list[FetchItem] = field(default_factory=list)  # pages held until robots is known
+    result: HostResult = None             # type: ignore[assignment]
+
+
+def fetch_partition(rows: Iterable[FetchItem], conf: Config, *, hosts: Iterable[HostState] = (),
+                    warc_dir: str, warc_name: Callable[[int], str], clock: Clock | None = None,
+                    retried: bool = False) -> Iterator[FetchResult | HostResult]:
+    """Fetch every row politely; yield a FetchResult per row, then a HostResult per host."""
+    task = _Task(conf, list(rows), list(hosts), warc_dir, warc_name, clock or RealClock(), retried)
+    loop = asyncio.new_event_loop()
+    try:
+        results, host_results = loop.run_until_complete(task.run())
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    yield from results
+    yield from host_results
+
+
+class _Task:
+    def __init__(self, conf: Config, items: list[FetchItem], hosts: list[HostState], warc_dir: str,
+                 warc_name: Callable[[int], str], clock: Clock, retried: bool):
+        self.conf = conf
+        self.items = items
+        self.seed_hosts = {h.host: h for h in hosts}
+        self.clock = clock
+        self.retried = retried
+        self.warc_dir = warc_dir
+        self.warc_name = warc_name
+        self.agent = conf.crawler.agent_name
+        self.normalizer = UrlNormalizer(conf.url)
+        self.sched = PolitenessScheduler(conf.politeness, clock=clock.now)
+        self.results: dict[int, FetchResult] = {}   # id(item) -> result
+        self.hosts: dict[str, _HostRun] = {}
+        self.leased_at: dict[int, float] = {}
+        self.queued_at: dict[int, float] = {}
+
+    # -- the loop -------------------------------------------------------------------------
+    async def run(self) -> tuple[list[FetchResult], list[HostResult]]:
+        start = self.clock.now()
+        deadline = start + self.conf.fetch.task_budget_s
+        warc = RollingWarcWriter(self.warc_dir, self.conf.warc, name_fn=self.warc_name)
+        try:
+            async with Fetcher(self.conf, wall_clock=self.clock.now) as fetcher:
+                self.fetcher, self.warc = fetcher, warc
+                self._admit_all(start)
+                await self._resolve_all()
+                await self._drive(deadline)
+        finally:
+            warc.close()
+        for item in self.sched.drain():
+            self._finish_unattempted(item)
+        for run in self.hosts.values():
+            for item in run.waiting:
+                self._finish_unattempted(item)
+            run.waiting.clear()
+        ordered = [self.results[id(i)] for i in self.items]
+        return ordered, [self._host_result(run) for run in self.hosts.values()]
+
+    async def _drive(self, deadline: float) -> None:
+        running: set[asyncio.Task] = set()
+        cap = self.conf.fetch.max_concurrency
+        while True:
+            now = self.clock.now()
+            if now < deadline:
+                while len(running) < cap and (lease := self.sched.lease()) is not None:
+                    running.add(asyncio.ensure_future(self._handle(*lease)))
+            self._collect_deferred()
+            if not running and (now >= deadline or self.sched.pending() == 0):
+                return
+            wake = self.sched.next_wakeup()
+            timeout = deadline - now if wake is None else min(wake, deadline) - now
+            if running:
+                done, running = await asyncio.wait(running, timeout=max(0.0, timeout) if now < deadline else None,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    t.result()  # surface bugs: _handle catches every expected failure itself
+            elif timeout > 0:
+                await self.clock.sleep(timeout)
+
+    # -- admission ------------------------------------------------------------------------
+    def _admit_all(self, start: float) -> None:
+        by_host: dict[str, list[FetchItem]] = defaultdict(list)
+        for item in self.items:
+            by_host[item.host].append(item)
+        delay = self.conf.politeness.host_delay_s
+        for host, items in by_host.items():
+            seed = self.seed_hosts.get(host)
+            run = _HostRun(host, result=HostResult(host=host))
+            self.hosts[host] = run
+            run.scheme_port = robots_url(items[0].url)
+            not_before = seed.next_allowed_at if seed and seed.next_allowed_at else None
+            if self.retried:
+                not_before = max(not_before or 0.0, start + delay)
+            self.sched.set_host(host, not_before=not_before,
+                                consecutive_failures=seed.consecutive_failures if seed else None)
+            if seed and seed.robots_fetched_at is not None:
+                policy = RobotsPolicy.from_fetch(seed.robots_status, seed.robots_body, seed.robots_fetched_at,
+                                                 self.agent, self.conf.robots)
+                if policy.is_fresh(start):
+                    self._set_policy(run, policy, fetched_now=False)
+            run.waiting.extend(items)
+            for item in items:
+                self.queued_at[id(item)] = start
+            if run.policy is None:
+                self._request_robots(run)
+            else:
+                self._release_waiting(run)
+
+    async def _resolve_all(self) -> None:
+        """Learn each host's address first, so the per-IP cap holds from the first request."""
+        sem = asyncio.Semaphore(64)
+
+        async def one(run: _HostRun) -> None:
+            async with sem:
+                ip, error = await self.fetcher.resolve(run.name)
+            if ip is not None:
+                self.sched.set_host(run.name, ip=ip)
+                run.result.ip = ip
+            elif error is not None:
+                self.sched.park(run.name, error)
+
+        await asyncio.gather(*(one(run) for run in self.hosts.values()))
+
+    def _request_robots(self, run: _HostRun) -> None:
+        if not run.robots_pending:
+            run.robots_pending = True
+            self.sched.add_front(run.name, _ROBOTS)
+
+    def _set_policy(self, run: _HostRun, policy: RobotsPolicy, *, fetched_now: bool) -> None:
+        run.policy = policy
+        r = run.result
+        r.robots_status, r.robots_body = policy.status, policy.body
+        r.robots_fetched_at, r.robots_expires_at = policy.fetched_at, policy.expires_at
+        r.crawl_delay_s, r.sitemaps = policy.crawl_delay, list(policy.sitemaps)
+        if policy.crawl_delay is not None:
+            self.sched.set_host(run.name, crawl_delay=policy.crawl_delay)
+
+    def _release_waiting(self, run: _HostRun) -> None:
+        """Move pages held for robots.txt into the scheduler, or finish them per the rules."""
+        items, run.waiting = run.waiting, []
+        policy = run.policy
+        for item in items:
+            if policy.unavailable:
+                self._finish(item, Outcome.ROBOTS_UNAVAILABLE, error_class="robots_unavailable",
+                             error_message=f"robots.txt status {policy.status}")
+            elif not policy.allowed(item.url):
+                self._finish(item, Outcome.ROBOTS_DENIED)
+            else:
+                self.sched.add(run.name, item)
+
+    # -- one lease ------------------------------------------------------------------------
+    async def _handle(self, host: str, item) -> None:
+        run = self.hosts[host]
+        if item is _ROBOTS:
+            await self._fetch_robots(run)
+            return
+        if run.policy is None or not run.policy.is_fresh(self.clock.now()):
+            # The rules expired while the page waited: re-check with this lease, then retry the page.
+            self.sched.add_front(host, item)
+            await self._fetch_robots(run, leased=True)
+            return
+        if not run.policy.allowed(item.url):
+            self.sched.unlease(host)
+            self._finish(item, Outcome.ROBOTS_DENIED)
+            return
+        await self._fetch_page(run, item)
+
+    async def _fetch_robots(self, run: _HostRun, leased: bool = True) -> None:
+        url = run.scheme_port
+        status, body, ip = None, None, None
+        t0 = time.monotonic()
+        hops = 0
+        delay = self.conf.politeness.host_delay_s
+        while True:
+            resp = await self.fetcher.fetch(url, accept_robots=True)
+            run.result.requests += 1
+            run.result.robots_requests += 1
+            run.result.bytes_received += resp.wire_bytes
+            ip = resp.ip or ip
+            if resp.error_class is not None:
+                status = None
+                break
+            status, body = resp.status, resp.body
+            location = _header(resp.headers, "location")
+            if status in (301, 302, 303, 307, 308) and location and hops < self.conf.robots.max_redirects:
+                target = self.normalizer.normalize(location, url)
+                if target is None or target == url:
+                    status, body = None, None
+                    break
+                hops += 1
+                url = target
+                await self.clock.sleep(delay)  # the next hop is another request, likely to the same host
+                continue
+            if 300 <= status < 400:
+                status, body = None, None  # too many redirects: unreachable (RFC 9309 §2.3.1.2)
+            break
+        response_time = time.monotonic() - t0
+        run.robots_pending = False
+        policy = RobotsPolicy.from_fetch(status, body, self.clock.now(), self.agent, self.conf.robots)
+        self._set_policy(run, policy, fetched_now=True)
+        if ip:
+            run.result.ip = ip
+        self.sched.release(run.name, response_time_s=response_time,
+                           status=status if status is not None and status >= 500 else None,
+                           error=status is None)
+        if policy.unavailable:
+            self.sched.park(run.name, "robots_unavailable")
+        self._release_waiting(run)
+
+    async def _fetch_page(self, run: _HostRun, item: FetchItem) -> None:
+        now = self.clock.now()
+        waited = (now - self.queued_at.get(id(item), now)) * 1000.0
+        resp = await self.fetcher.fetch(item.url, etag=item.etag, last_modified=item.last_modified)
+        run.result.requests += 1
+        run.result.bytes_received += resp.wire_bytes
+        if resp.ip:
+            run.result.ip = resp.ip
+        result = self._classify(item, resp)
+        result.politeness_wait_ms = waited
+        status = resp.status
+        self.sched.release(run.name, response_time_s=(resp.t_first_byte_ms or resp.t_total_ms or 0.0) / 1000.0,
+                           status=status, error=resp.error_class is not None, retry_after_s=result.retry_after_s)
+        self.results[id(item)] = result
+        if status is not None and status >= 400 and run.policy is not None:
+            age = self.clock.now() - run.policy.fetched_at
+            if age >= self.conf.robots.recheck_after_error_s:
+                self._request_robots(run)
+
+    # -- results --------------------------------------------------------------------------
+    def _classify(self, item: FetchItem, resp: FetchResponse) -> FetchResult:
+        keep = self.conf.fetch.keep_headers
+        headers = {k.lower(): v for k, v in resp.headers if k.lower() in keep}
+        r = FetchResult(url=item.url, url_fp=item.url_fp, host=item.host, outcome=Outcome.ERROR.value,
+                        fetch_time=resp.started_at, status_code=resp.status, ip=resp.ip,
+                        redirect_hops=item.redirect_hops, headers=headers,
+                        t_first_byte_ms=resp.t_first_byte_ms, t_total_ms=resp.t_total_ms,
+                        wire_bytes=resp.wire_bytes, truncated=resp.truncated)
+        if resp.error_class is not None or resp.status is None:
+            r.error_class = resp.error_class or "other"
+            r.error_message = resp.error_message
+            return r
+        status = resp.status
+        r.etag = headers.get("etag")
+        r.last_modified = headers.get("last-modified")
+        ctype = headers.get("content-type") or ""
+        r.content_type = ctype.split(";")[0].strip().lower() or None
+        exchange = HttpExchange(url=item.url, ip=resp.ip, fetch_time=resp.started_at, method="GET",
+                                request_target=resp.request_target, request_headers=resp.request_headers,
+                                http_version=resp.http_version or "1.1", status=status,
+                                reason=resp.reason or "", response_headers=resp.headers, body=resp.body,
+                                truncated=resp.truncated)
+        if status == 304:
+            r.outcome = Outcome.NOT_MODIFIED.value
+            r.digest = item.prev_digest
+            ptr = self.warc.write_revisit(exchange, refers_to=item.prev_warc_record_id,
+                                          refers_to_uri=item.url, refers_to_date=item.prev_fetch_time)
+            self._point(r, ptr)
+            return r
+        digest = payload_digest(resp.body)
+        ptr = self.warc.write_exchange(exchange, payload_digest=digest)
+        self._point(r, ptr)
+        r.digest = digest
+        r.content_length = len(resp.body)
+        if status in (429, 503):
+            r.retry_after_s = _retry_after(headers.get("retry-after"), self.clock.now())
+        if 300 <= status < 400:
+            location = _header(resp.headers, "location")
+            target = self.normalizer.normalize(location, item.url) if location else None
+            r.outcome = Outcome.REDIRECT.value
+            r.redirect_to = target
+            if target is None:
+                r.error_class = "bad_redirect"
+            elif target == item.url:
+                r.error_class = "redirect_loop"
+            elif item.redirect_hops + 1 > self.conf.fetch.max_redirect_hops:
+                r.error_class = "too_many_redirects"
+            else:
+                r.outlinks = [Outlink(url=target, url_fp=fingerprint(target), kind="redirect")]
+            return r
+        if status >= 400:
+            r.outcome = Outcome.HTTP_ERROR.value
+            return r
+        r.outcome = Outcome.OK.value
+        parsed = parse(resp.body, url=item.url, content_type=ctype or None, headers=headers,
+                       normalizer=self.normalizer, parse_conf=self.conf.parse, agent_name=self.agent)
+        r.charset = parsed.charset
+        r.title = parsed.title
+        r.canonical = parsed.canonical
+        r.noindex, r.nofollow = parsed.noindex, parsed.nofollow
+        r.outlinks = parsed.outlinks
+        if parsed.is_html:
+            r.simhash = simhash(parsed.main_text, self.conf.simhash.shingle_words)
+        return r
+
+    @staticmethod
+    def _point(r: FetchResult, ptr) -> None:
+        r.warc_filename, r.warc_offset, r.warc_length, r.warc_record_id = (
+            ptr.filename, ptr.offset, ptr.length, ptr.record_id)
+
+    def _finish(self, item: FetchItem, outcome: Outcome, **extra) -> None:
+        self.results[id(item)] = FetchResult(url=item.url, url_fp=item.url_fp, host=item.host,
+                                             outcome=outcome.value, redirect_hops=item.redirect_hops, **extra)
+
+    def _finish_unattempted(self, item) -> None:
+        if item is not _ROBOTS and id(item) not in self.results:
+            self._finish(item, Outcome.NOT_ATTEMPTED, error_class="task_budget")
+
+    def _collect_deferred(self) -> None:
+        for item, reason in self.sched.take_deferred():
+            if item is _ROBOTS:
+                run = next((r for r in self.hosts.values() if r.robots_pending), None)
+                continue
+            self._finish(item, Outcome.DEFERRED, error_class=reason)
+        for run in self.hosts.values():
+            state = self.sched.host_state(run.name)
+            if state.parked and run.waiting:
+                for item in run.waiting:
+                    self._finish(item, Outcome.DEFERRED, error_class=state.park_reason)
+                run.waiting = []
+
+    def _host_result(self, run: _HostRun) -> HostResult:
+        state = self.sched.host_state(run.name)
+        r = run.result
+        r.next_allowed_at = state.next_allowed_at if state.next_allowed_at not in (None, -math.inf) else None
+        r.consecutive_failures = state.consecutive_failures
+        r.parked, r.park_reason = state.parked, state.park_reason
+        r.ip = r.ip or state.ip
+        return r
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+def _retry_after(value: str | None, now: float) -> float | None:
+    """Retry-After as seconds from now: delta-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - now)

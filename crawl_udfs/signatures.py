@@ -1,0 +1,25 @@
+"""Content signatures of fetched payloads.
+
+Guarantee: :func:`payload_digest` returns exactly the string warcio writes as
+``WARC-Payload-Digest`` for the same payload bytes -- ``"sha1:"`` followed by
+the RFC 4648 base32 (upper case, 32 characters, no padding needed for 20
+bytes) of the SHA-1 digest -- so the crawl DB, the fetch log and the WARC
+files agree, and a digest can be compared with Common Crawl's
+``content_digest`` after stripping the ``sha1:`` prefix.
+
+What is digested is the *stored* payload: the body after content decoding
+and without chunk framing (see the WARC field notes: warcio digests chunked
+bodies with their framing unless the caller stores the decoded body).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+__all__ = ["payload_digest"]
+
+
+def payload_digest(data: bytes) -> str:
+    """``"sha1:"`` + base32 of SHA-1 of ``data``, as in ``WARC-Payload-Digest``."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")

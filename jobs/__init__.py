@@ -1,0 +1,1 @@
+"""One module per crawl verb: Spark + Delta I/O with a thin main()."""

@@ -1,0 +1,1 @@
+"""Every table's StructType, its status enum and its DDL properties."""

@@ -1,0 +1,33 @@
+"""The crawl DB status enum: one line of meaning per state.
+
+Stored as a string in ``crawldb.status`` (readable in SQL). Only ``update``
+moves a URL between states; ``schemas/transitions.md`` in the docstring of
+``jobs/update.py`` gives the table.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Status(str, Enum):
+    UNFETCHED = "unfetched"            # known (injected or discovered), never fetched; due at next_fetch_time
+    FETCHED = "fetched"                # last fetch returned 2xx and the copy is stored in WARC
+    NOT_MODIFIED = "not_modified"      # last fetch was a 304 to a conditional GET; stored copy still current
+    REDIRECT_TEMP = "redirect_temp"    # last fetch was 302/303/307; target inserted, URL re-checked later
+    REDIRECT_PERM = "redirect_perm"    # last fetch was 301/308; target inserted, URL re-checked rarely
+    GONE = "gone"                      # 404/410 (repeatedly); re-checked at a long interval
+    ROBOTS_DENIED = "robots_denied"    # robots.txt disallows it for our agent; re-checked when robots is
+    DUPLICATE = "duplicate"            # content equals (digest) another URL's copy: dup_of names the original
+    ERROR_RETRY = "error_retry"        # transient failure (timeout, 5xx, 429, robots unavailable); retried with back-off
+    ERROR_FINAL = "error_final"        # failed max retries times, or a permanent error (4xx other than 404/410, bad redirect)
+    BUDGET_EXHAUSTED = "budget_exhausted"  # the host's crawl budget ran out before this URL was fetched
+    FILTERED = "filtered"              # excluded by a URL filter (trap pattern, length, depth); kept so it is not re-added
+
+
+#: Statuses a URL may be generated from (when due).
+ELIGIBLE = (Status.UNFETCHED, Status.FETCHED, Status.NOT_MODIFIED, Status.REDIRECT_TEMP,
+            Status.REDIRECT_PERM, Status.GONE, Status.ROBOTS_DENIED, Status.DUPLICATE, Status.ERROR_RETRY)
+
+#: Statuses that count as a stored page (fetched at least once with content).
+STORED = (Status.FETCHED, Status.NOT_MODIFIED, Status.DUPLICATE)
