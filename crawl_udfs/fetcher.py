@@ -66,7 +66,7 @@ from crawl_udfs.dns import (AddressBlocked, AddressGuard, CachingResolver, DnsCa
 ACCEPT_ENCODING = "gzip, deflate, br"  # exactly what _Decoder decodes
 _STEP = 65536  # most decoded bytes produced per decoder step
 _FEED = 4096  # compressed bytes handed to a decoder at once (bounds the over-read of a bomb)
-_AGENT_RE = re.compile(r"[A-Za-z0-9_-]+")
+_AGENT_RE = re.compile(r"[A-Za-z_-]+")  # RFC 9309 §2.2.1 product token
 _CONTACT_RE = re.compile(r"https?://[^\s()<>;,]+")
 _PHASE: contextvars.ContextVar[SimpleNamespace] = contextvars.ContextVar("deltacrawl_fetch_phase")
 
@@ -221,7 +221,7 @@ class Fetcher:
         """``dns_lookup`` is the system resolver behind the hosts file; tests inject one."""
         agent, ua = conf.crawler.agent_name, conf.crawler.user_agent
         if not isinstance(agent, str) or not _AGENT_RE.fullmatch(agent):
-            raise ValueError(f"crawler.agent_name must be a product token (letters, digits, '-', '_'), got {agent!r}")
+            raise ValueError(f"crawler.agent_name must be a product token (letters, '-', '_'), got {agent!r}")
         if not ua or not _CONTACT_RE.search(ua) or any(ord(c) < 32 or ord(c) == 127 for c in ua):
             raise ValueError(f"crawler.user_agent must name the crawler and carry an http(s) contact URL, got {ua!r}")
         self._conf = conf
@@ -246,6 +246,24 @@ class Fetcher:
             cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[trace],
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._f.connect_timeout_s),
         )
+        # aiohttp silently resends an idempotent request once when a kept-alive
+        # connection drops (RFC 9112 §9.3.1 allows it). For a crawler that is a
+        # second request to the host with no delay: a politeness violation the
+        # server counts. There is no public switch, so turn the private one off
+        # (aiohttp is pinned; tests/test_partition.py catches a change).
+        if hasattr(self._session, "_retry_connection"):
+            self._session._retry_connection = False
+        else:  # pragma: no cover - a future aiohttp: give up keep-alive rather than politeness
+            await self._session.close()
+            connector = _GuardedConnector(
+                self._guard, resolver=self._resolver, limit=self._f.max_concurrency, limit_per_host=0,
+                ttl_dns_cache=None, use_dns_cache=False, enable_cleanup_closed=True, force_close=True,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[trace],
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._f.connect_timeout_s),
+            )
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

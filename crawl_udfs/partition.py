@@ -33,6 +33,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import email.utils
 import math
 import time
@@ -52,6 +54,9 @@ from crawl_udfs.url_normalize import UrlNormalizer, fingerprint
 from crawl_udfs.warc import HttpExchange, RollingWarcWriter
 
 
+log = logging.getLogger(__name__)
+
+
 class Clock(Protocol):
     """Wall-clock time (epoch seconds) and a way to wait; injected for tests."""
 
@@ -68,7 +73,17 @@ class RealClock:
         await asyncio.sleep(max(0.0, seconds))
 
 
-_ROBOTS = object()  # the scheduler item that stands for "fetch this host's robots.txt"
+class _RobotsFetch:
+    """The scheduler item that stands for "fetch this host's robots.txt"."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: str):
+        self.host = host
+
+
+#: Park reasons that mean the host cannot be reached at all: its URLs fail, not wait.
+_UNREACHABLE = ("dns", "ssrf_blocked")
 
 
 @dataclass
@@ -120,6 +135,7 @@ class _Task:
     async def run(self) -> tuple[list[FetchResult], list[HostResult]]:
         start = self.clock.now()
         deadline = start + self.conf.fetch.task_budget_s
+        os.makedirs(self.warc_dir, exist_ok=True)
         warc = RollingWarcWriter(self.warc_dir, self.conf.warc, name_fn=self.warc_name)
         try:
             async with Fetcher(self.conf, wall_clock=self.clock.now) as fetcher:
@@ -140,6 +156,15 @@ class _Task:
 
     async def _drive(self, deadline: float) -> None:
         running: set[asyncio.Task] = set()
+        try:
+            await self._drive_loop(deadline, running)
+        finally:
+            for t in running:
+                t.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+    async def _drive_loop(self, deadline: float, running: set) -> None:
         cap = self.conf.fetch.max_concurrency
         while True:
             now = self.clock.now()
@@ -152,8 +177,9 @@ class _Task:
             wake = self.sched.next_wakeup()
             timeout = deadline - now if wake is None else min(wake, deadline) - now
             if running:
-                done, running = await asyncio.wait(running, timeout=max(0.0, timeout) if now < deadline else None,
-                                                   return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(running, timeout=max(0.0, timeout) if now < deadline else None,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                running -= done
                 for t in done:
                     t.result()  # surface bugs: _handle catches every expected failure itself
             elif timeout > 0:
@@ -206,7 +232,7 @@ class _Task:
     def _request_robots(self, run: _HostRun) -> None:
         if not run.robots_pending:
             run.robots_pending = True
-            self.sched.add_front(run.name, _ROBOTS)
+            self.sched.add_front(run.name, _RobotsFetch(run.name))
 
     def _set_policy(self, run: _HostRun, policy: RobotsPolicy, *, fetched_now: bool) -> None:
         run.policy = policy
@@ -233,7 +259,7 @@ class _Task:
     # -- one lease ------------------------------------------------------------------------
     async def _handle(self, host: str, item) -> None:
         run = self.hosts[host]
-        if item is _ROBOTS:
+        if isinstance(item, _RobotsFetch):
             await self._fetch_robots(run)
             return
         if run.policy is None or not run.policy.is_fresh(self.clock.now()):
@@ -297,7 +323,13 @@ class _Task:
         run.result.bytes_received += resp.wire_bytes
         if resp.ip:
             run.result.ip = resp.ip
-        result = self._classify(item, resp)
+        try:
+            result = self._classify(item, resp)
+        except Exception as e:  # a bug in parsing one page must not sink the task
+            log.exception("internal error on %s", item.url)
+            result = FetchResult(url=item.url, url_fp=item.url_fp, host=item.host, outcome=Outcome.ERROR.value,
+                                 fetch_time=resp.started_at, status_code=resp.status, error_class="internal",
+                                 error_message=f"{type(e).__name__}: {e}"[:500], redirect_hops=item.redirect_hops)
         result.politeness_wait_ms = waited
         status = resp.status
         self.sched.release(run.name, response_time_s=(resp.t_first_byte_ms or resp.t_total_ms or 0.0) / 1000.0,
@@ -370,7 +402,7 @@ class _Task:
         r.canonical = parsed.canonical
         r.noindex, r.nofollow = parsed.noindex, parsed.nofollow
         r.outlinks = parsed.outlinks
-        if parsed.is_html:
+        if parsed.is_html and parsed.main_text.strip():
             r.simhash = simhash(parsed.main_text, self.conf.simhash.shingle_words)
         return r
 
@@ -384,21 +416,28 @@ class _Task:
                                              outcome=outcome.value, redirect_hops=item.redirect_hops, **extra)
 
     def _finish_unattempted(self, item) -> None:
-        if item is not _ROBOTS and id(item) not in self.results:
+        if not isinstance(item, _RobotsFetch) and id(item) not in self.results:
             self._finish(item, Outcome.NOT_ATTEMPTED, error_class="task_budget")
 
     def _collect_deferred(self) -> None:
         for item, reason in self.sched.take_deferred():
-            if item is _ROBOTS:
-                run = next((r for r in self.hosts.values() if r.robots_pending), None)
-                continue
-            self._finish(item, Outcome.DEFERRED, error_class=reason)
-        for run in self.hosts.values():
-            state = self.sched.host_state(run.name)
-            if state.parked and run.waiting:
-                for item in run.waiting:
-                    self._finish(item, Outcome.DEFERRED, error_class=state.park_reason)
+            if isinstance(item, _RobotsFetch):
+                # Parked before its rules were known: the pages held for them share the fate.
+                run = self.hosts[item.host]
+                run.robots_pending = False
+                for page in run.waiting:
+                    self._finish_parked(page, reason)
                 run.waiting = []
+            else:
+                self._finish_parked(item, reason)
+
+    def _finish_parked(self, item: FetchItem, reason: str) -> None:
+        if reason in _UNREACHABLE:
+            self._finish(item, Outcome.ERROR, error_class=reason)
+        elif reason == "robots_unavailable":
+            self._finish(item, Outcome.ROBOTS_UNAVAILABLE, error_class=reason)
+        else:
+            self._finish(item, Outcome.DEFERRED, error_class=reason)
 
     def _host_result(self, run: _HostRun) -> HostResult:
         state = self.sched.host_state(run.name)

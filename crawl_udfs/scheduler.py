@@ -37,7 +37,7 @@ Guarantees (with the default ``politeness.max_in_flight_per_host = 1``):
   the host queued first), each host's items FIFO. A host blocked only by its IP's cap
   waits in a per-IP heap, keeping its key, and goes back to the front when a slot of
   that IP frees, so it neither blocks other hosts nor starves. Waiting hosts are never
-  scanned: every operation is O(log hosts).
+  scanned: every operation is amortized O(log hosts) (plus one heap move per freed IP slot).
 
 Design: Mercator's back queues with a heap of next-allowed times (Heydon & Najork,
 "Mercator: a scalable, extensible web crawler", 1999), the per-host/per-IP queues of
@@ -197,7 +197,12 @@ class PolitenessScheduler:
 
     def release(self, host: str, *, response_time_s: float | None, status: int | None = None,
                 error: bool = False, retry_after_s: float | None = None) -> None:
-        """End one in-flight request to ``host`` now and set when the next may start."""
+        """End one in-flight request to ``host`` now and set when the next may start.
+
+        ``response_time_s`` is the caller's measured time of the request (None when there was
+        no response: nothing is remembered); ``error`` means timeout/connect/DNS failure.
+        Each lease must be released exactly once.
+        """
         h = self._hosts.get(host)
         if h is None or h.in_flight == 0:
             raise ValueError(f"release of {host!r} without a lease in flight")
@@ -223,6 +228,22 @@ class PolitenessScheduler:
         if h.failures >= self._max_failures:
             self.park(host, "failures")
         h.next_allowed = max(h.next_allowed, next_at)
+        self._schedule(h)
+
+    def unlease(self, host: str) -> None:
+        """End a lease that sent no request (robots.txt denies the URL, say).
+
+        The host's next_allowed_at, failure count and request count stay as if the lease
+        had never been granted; the item stays the caller's.
+        """
+        h = self._hosts.get(host)
+        if h is None or h.in_flight == 0:
+            raise ValueError(f"unlease of {host!r} without a lease in flight")
+        h.in_flight -= 1
+        h.requests -= 1
+        self._in_flight -= 1
+        if h.ip is not None:
+            self._ip_add(h.ip, -1)
         self._schedule(h)
 
     def next_wakeup(self) -> float | None:
@@ -317,7 +338,8 @@ class PolitenessScheduler:
             self._seq += 1
             heapq.heappush(self._ready, (h.next_allowed, self._seq, h.gen, h))
             h.where = _READY
-
+        if h.ip is not None and h.ip in self._ip_wait:
+            self._refill(h.ip)
 
     def _push_back(self, h: _Host, at: float) -> None:
         if at > h.next_allowed:

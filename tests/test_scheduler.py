@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import time
 from collections import Counter, deque
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -128,10 +129,31 @@ def test_per_host_cap_above_one():
 def test_release_without_lease_is_an_error():
     sched, _ = make()
     sched.add("a", 1)
-    with pytest.raises(ValueError):
-        sched.release("a", response_time_s=0.1)
-    with pytest.raises(ValueError):
-        sched.release("nowhere", response_time_s=0.1)
+    for end in (lambda h: sched.release(h, response_time_s=0.1), sched.unlease):
+        with pytest.raises(ValueError):
+            end("a")
+        with pytest.raises(ValueError):
+            end("nowhere")
+
+
+def test_unlease_sends_nothing_and_changes_no_timing():
+    sched, clock = make(host_delay_s=1.0, max_in_flight_per_ip=1)
+    for h in ("a", "b"):
+        sched.set_host(h, ip="10.3.3.3")
+    sched.add("a", 1), sched.add("a", 2), sched.add("a", 3)
+    assert sched.lease() == ("a", 1)
+    sched.release("a", response_time_s=0.0, status=500)
+    clock.t = sched.next_wakeup()                                  # T0 + 1 + 5 s back-off
+    sched.add("b", 1)
+    sched.set_host("b", not_before=clock.t)                        # due with a, queued after it
+    before = sched.host_state("a")
+    assert sched.lease() == ("a", 2) and sched.lease() is None     # b waits on the IP
+    sched.unlease("a")                                             # robots.txt denies a's page 2
+    assert sched.host_state("a") == replace(before, queued=1)      # timing, failures, requests as they were
+    assert sched.in_flight() == 0
+    assert sched.lease() == ("b", 1)                               # the IP slot is handed on
+    sched.unlease("b")
+    assert sched.lease() == ("a", 3)                               # no delay: nothing was sent
 
 
 def test_per_ip_cap_with_shared_ip_hosts():
@@ -558,12 +580,15 @@ def test_simulated_fetch_loop_keeps_every_invariant(n_hosts, n_ips, host_cap, ip
         running.sort(key=lambda r: r[0])
         while running and running[0][0] <= clock.t:
             end, h, item = running.pop(0)
-            status, error, ra = rnd.choice(OUTCOMES)
-            rt = None if error else rnd.choice([0.01, 0.05, 0.2])
-            sched.release(h, response_time_s=rt, status=status, error=error, retry_after_s=ra)
             fl_host[h] -= 1
             if ip_of[h]:
                 fl_ip[ip_of[h]] -= 1
+            if rnd.random() < 0.1:                       # nothing sent (robots.txt denied it)
+                sched.unlease(h)
+                continue
+            status, error, ra = rnd.choice(OUTCOMES)
+            rt = None if error else rnd.choice([0.01, 0.05, 0.2])
+            sched.release(h, response_time_s=rt, status=status, error=error, retry_after_s=ra)
             if model.end(h, clock.t, rt, status, error, ra):
                 parked.add(h)
             o = rnd.choice([h, rnd.choice(hosts)])       # this host or any other (maybe waiting on its IP)

@@ -3,7 +3,8 @@
 Definitions (so that expectations are exact):
 - *gap* before a request to a host = its ``start`` minus the latest ``end`` of all
   earlier-starting requests to that host (negative when they overlap); the first
-  request to a host has no gap. Bait hits are not requests to a host.
+  request to a host has no gap. robots.txt requests count like any other; bait
+  hits are not requests to a host.
 - *required delay* of a host = max(``host_delay_s``, its robots Crawl-delay); a
   request whose gap is below it is *too close*.
 - *in flight* = the most requests whose [start, end] intervals overlap at one
