@@ -198,7 +198,9 @@ def _classify(exc: BaseException, phase: SimpleNamespace) -> str:
     if isinstance(exc, cx.ClientResponseError):
         return "protocol"
     if isinstance(exc, (cx.ClientConnectionError, OSError)):
-        return "connect"
+        # After the request went out, a dropped connection is the server's doing
+        # (it saw the request): "disconnect". Before that, we never reached it.
+        return "disconnect" if phase.sent else "connect"
     return "other"
 
 

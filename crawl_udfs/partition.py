@@ -50,6 +50,7 @@ from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outco
 from crawl_udfs.scheduler import PolitenessScheduler
 from crawl_udfs.signatures import payload_digest
 from crawl_udfs.simhash import simhash
+from crawl_udfs.url_filter import UrlFilter
 from crawl_udfs.url_normalize import UrlNormalizer, fingerprint
 from crawl_udfs.warc import HttpExchange, RollingWarcWriter
 
@@ -81,6 +82,9 @@ class _RobotsFetch:
     def __init__(self, host: str):
         self.host = host
 
+
+#: Failures that happen before a request reaches the server: not counted as requests sent.
+NOT_SENT = frozenset({"connect", "dns", "ssrf_blocked", "timeout_connect", "bad_url", "unsupported_scheme"})
 
 #: Park reasons that mean the host cannot be reached at all: its URLs fail, not wait.
 _UNREACHABLE = ("dns", "ssrf_blocked")
@@ -125,6 +129,7 @@ class _Task:
         self.warc_name = warc_name
         self.agent = conf.crawler.agent_name
         self.normalizer = UrlNormalizer(conf.url)
+        self.url_filter = UrlFilter(conf.filter)
         self.sched = PolitenessScheduler(conf.politeness, clock=clock.now)
         self.results: dict[int, FetchResult] = {}   # id(item) -> result
         self.hosts: dict[str, _HostRun] = {}
@@ -281,8 +286,9 @@ class _Task:
         delay = self.conf.politeness.host_delay_s
         while True:
             resp = await self.fetcher.fetch(url, accept_robots=True)
-            run.result.requests += 1
-            run.result.robots_requests += 1
+            if resp.error_class not in NOT_SENT:
+                run.result.requests += 1
+                run.result.robots_requests += 1
             run.result.bytes_received += resp.wire_bytes
             ip = resp.ip or ip
             if resp.error_class is not None:
@@ -319,7 +325,8 @@ class _Task:
         now = self.clock.now()
         waited = (now - self.queued_at.get(id(item), now)) * 1000.0
         resp = await self.fetcher.fetch(item.url, etag=item.etag, last_modified=item.last_modified)
-        run.result.requests += 1
+        if resp.error_class not in NOT_SENT:
+            run.result.requests += 1
         run.result.bytes_received += resp.wire_bytes
         if resp.ip:
             run.result.ip = resp.ip
@@ -388,6 +395,8 @@ class _Task:
                 r.error_class = "redirect_loop"
             elif item.redirect_hops + 1 > self.conf.fetch.max_redirect_hops:
                 r.error_class = "too_many_redirects"
+            elif (why := self.url_filter.reason(target)) is not None:
+                r.error_class = f"redirect_filtered:{why}"
             else:
                 r.outlinks = [Outlink(url=target, url_fp=fingerprint(target), kind="redirect")]
             return r
@@ -401,7 +410,8 @@ class _Task:
         r.title = parsed.title
         r.canonical = parsed.canonical
         r.noindex, r.nofollow = parsed.noindex, parsed.nofollow
-        r.outlinks = parsed.outlinks
+        r.outlinks = [o for o in parsed.outlinks if o.kind == "canonical" or self.url_filter.reason(o.url) is None]
+        r.outlinks_filtered = len(parsed.outlinks) - len(r.outlinks)
         if parsed.is_html and parsed.main_text.strip():
             r.simhash = simhash(parsed.main_text, self.conf.simhash.shingle_words)
         return r

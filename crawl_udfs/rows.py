@@ -96,6 +96,7 @@ class FetchResult:
     noindex: bool = False
     nofollow: bool = False
     outlinks: list[Outlink] = field(default_factory=list)
+    outlinks_filtered: int = 0           # outlinks dropped by the URL filters (traps)
     warc_filename: str | None = None
     warc_offset: int | None = None
     warc_length: int | None = None
@@ -124,7 +125,7 @@ class HostResult:
     consecutive_failures: int = 0
     parked: bool = False
     park_reason: str | None = None
-    requests: int = 0                    # requests sent to the host by this task (robots included)
+    requests: int = 0                    # requests that reached the host in this task (robots included)
     robots_requests: int = 0
     bytes_received: int = 0
 

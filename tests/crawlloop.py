@@ -27,6 +27,9 @@ class CrawlStats:
     hosts: dict[str, HostResult] = field(default_factory=dict)
     elapsed_s: float = 0.0
     pass_elapsed_s: list[float] = field(default_factory=list)
+    warc_dir: Path | None = None
+    requests: int = 0                    # requests the crawler says it sent (pages + robots.txt)
+    robots_requests: int = 0
 
     def outcomes(self) -> collections.Counter:
         return collections.Counter(r.outcome for r in self.results)
@@ -36,12 +39,12 @@ class CrawlStats:
 
 
 def crawl(seeds: list[str], conf: Config, warc_dir: Path, *, passes: int = 3, per_host: int = 5,
-          max_pages_per_host: int = 20, max_depth: int = 10) -> CrawlStats:
+          max_pages_per_host: int = 20, max_depth: int = 10, retried: bool = False) -> CrawlStats:
     seen: set[int] = set()
     frontier: dict[str, collections.deque] = collections.defaultdict(collections.deque)
     fetched_per_host: collections.Counter = collections.Counter()
     host_states: dict[str, HostState] = {}
-    stats = CrawlStats()
+    stats = CrawlStats(warc_dir=Path(warc_dir))
 
     def add(url: str, depth: int, hops: int = 0) -> None:
         fp = fingerprint(url)
@@ -68,10 +71,12 @@ def crawl(seeds: list[str], conf: Config, warc_dir: Path, *, passes: int = 3, pe
         depth_of = {i.url_fp: i.depth for i in batch}
         tp = time.time()
         out = fetch_partition(batch, conf, hosts=list(host_states.values()), warc_dir=str(warc_dir),
-                              warc_name=lambda i, p=p: f"crawl-p{p:03d}-{i:05d}.warc.gz")
+                              warc_name=lambda i, p=p: f"crawl-p{p:03d}-{i:05d}.warc.gz", retried=retried)
         for row in out:
             if isinstance(row, HostResult):
                 stats.hosts[row.host] = row
+                stats.requests += row.requests
+                stats.robots_requests += row.robots_requests
                 host_states[row.host] = HostState(
                     host=row.host, robots_status=row.robots_status, robots_body=row.robots_body,
                     robots_fetched_at=row.robots_fetched_at, robots_expires_at=row.robots_expires_at,

@@ -496,7 +496,7 @@ def test_network_failures_classified(tmp_path):
     assert cut.body == b"y" * 1000 and cut.wire_bytes == 1000
     assert r["big"].error_class == "too_large_headers"
     assert r["garbage"].error_class == "protocol"
-    assert r["closed"].error_class == "connect"
+    assert r["closed"].error_class == "disconnect"  # the server read the request, then hung up
     assert r["scheme"].error_class == "unsupported_scheme"
     assert r["bad"].error_class == "bad_url"
     assert r["after"].status == 200

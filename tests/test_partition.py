@@ -1,0 +1,197 @@
+"""fetch_partition end to end against the project's hostile local test web.
+
+Politeness, robots, Retry-After and SSRF are judged from the server's side
+(its request log), never from what the crawler says about itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from crawl_udfs import config
+from crawl_udfs.partition import NOT_SENT, fetch_partition
+from crawl_udfs.rows import FetchItem, FetchResult, HostResult
+from crawl_udfs.url_normalize import fingerprint, host_of, normalize
+from tests.crawlloop import crawl
+from tests.testweb import TestWeb
+
+DELAY = 1.0
+BUDGET = 20.0
+TOTAL_TIMEOUT = 6.0
+
+HOSTILE_PATHS = [
+    ("hostile-bombs.test", "/gzip"), ("hostile-bombs.test", "/br"), ("hostile-bombs.test", "/small-br.html"),
+    ("hostile-huge.test", "/chunked"), ("hostile-redirects.test", "/self"), ("hostile-redirects.test", "/loop-a"),
+    ("hostile-redirects.test", "/chain/0"), ("hostile-redirects.test", "/cross/0"),
+    ("hostile-reset.test", "/partial"), ("hostile-badheaders.test", "/two-lengths"),
+]
+
+
+def _conf(web, *extra):
+    return config.load(overrides=[
+        f'net.hosts_file="{web.hosts_file}"', 'net.allow_private_cidrs=["127.10.0.0/16"]',
+        f"politeness.host_delay_s={DELAY}", f"fetch.task_budget_s={BUDGET}",
+        f"fetch.total_timeout_s={TOTAL_TIMEOUT}", "fetch.first_byte_timeout_s=4", "fetch.max_body_bytes=1048576",
+        "robots.max_redirects=5", *extra])
+
+
+@pytest.fixture(scope="module")
+def big_crawl(tmp_path_factory):
+    d = tmp_path_factory.mktemp("partition")
+    with TestWeb(d / "web", n_hosts=260, seed=11) as web:
+        conf = _conf(web)
+        seeds = web.seeds() + [web.url(h, p) for h, p in HOSTILE_PATHS]
+        stats = crawl(seeds, conf, d / "warc", passes=4, per_host=3, max_pages_per_host=12)
+        yield web, conf, stats, web.log(), web.violations(host_delay_s=DELAY)
+
+
+@pytest.mark.slow
+def test_zero_violations_server_side(big_crawl):
+    web, conf, stats, log, v = big_crawl
+    print("\n" + v.summary())
+    assert len(v.requests_by_host) >= 200, "the crawl should reach a few hundred hosts"
+    assert v.too_close == [], v.too_close[:3]
+    assert v.overlapping == []
+    assert v.max_in_flight_host <= conf.politeness.max_in_flight_per_host
+    assert v.max_in_flight_addr <= conf.politeness.max_in_flight_per_ip
+    assert v.disallowed == [], v.disallowed[:3]
+    assert v.retry_after == [], v.retry_after[:3]
+    assert v.bait == [], v.bait[:3]
+
+
+@pytest.mark.slow
+def test_server_requests_equal_crawler_requests(big_crawl):
+    web, conf, stats, log, v = big_crawl
+    fetched = sum(1 for r in stats.results if r.fetch_time is not None and r.error_class not in NOT_SENT)
+    assert stats.requests == fetched + stats.robots_requests
+    # robots.txt redirect hops are requests too; every request the server saw was counted by the crawler
+    assert len(log) == stats.requests
+
+
+@pytest.mark.slow
+def test_each_pass_finishes_inside_its_budget(big_crawl):
+    web, conf, stats, log, v = big_crawl
+    assert stats.passes >= 3
+    for t in stats.pass_elapsed_s:
+        # in-flight requests at the deadline may run to the total timeout (plus robots redirect hops)
+        assert t <= BUDGET + TOTAL_TIMEOUT + 3.0, stats.pass_elapsed_s
+
+
+@pytest.mark.slow
+def test_ordinary_sites_are_crawled(big_crawl):
+    web, conf, stats, log, v = big_crawl
+    ok_hosts = {r.host for r in stats.results if r.outcome == "ok"}
+    sites = [h for h in web.plan.by_kind("site") if h.robots_variant != "disallow-all"]
+    reached = [h.name for h in sites if h.name in ok_hosts]
+    assert len(reached) >= 0.95 * len(sites), (len(reached), len(sites))
+    by_outcome = collections.Counter(r.outcome for r in stats.results)
+    print("\noutcomes:", dict(by_outcome))
+    assert by_outcome["ok"] >= 500
+    assert sum(len(r.outlinks) for r in stats.results) > 2000
+
+
+@pytest.mark.slow
+def test_traps_and_hostile_bodies_are_bounded(big_crawl):
+    web, conf, stats, log, v = big_crawl
+    for host, n in v.trap_requests.items():
+        assert n <= 12 + 4, (host, n)  # max_pages_per_host plus robots.txt per pass
+    by_url = {r.url: r for r in stats.results}
+    cap = conf.fetch.max_body_bytes
+    for r in stats.results:
+        assert r.content_length is None or r.content_length <= cap
+        assert r.t_total_ms is None or r.t_total_ms <= (TOTAL_TIMEOUT + 1) * 1000
+    for path in ("/gzip", "/br"):
+        r = by_url[normalize(web.url("hostile-bombs.test", path))]
+        assert r.outcome == "ok" and r.truncated == "length" and r.wire_bytes < 4 * 2**20
+    huge = by_url[normalize(web.url("hostile-huge.test", "/"))]
+    assert huge.truncated == "length" and huge.content_length == cap
+    drip = by_url[normalize(web.url("hostile-drip.test", "/"))]
+    assert drip.truncated == "time" or drip.error_class == "timeout_total"
+    hang = by_url[normalize(web.url("hostile-hang.test", "/"))]
+    assert hang.outcome == "error" and hang.error_class.startswith("timeout")
+    assert by_url[normalize(web.url("hostile-redirects.test", "/self"))].error_class == "redirect_loop"
+    chain = [r for r in stats.results if "/chain/" in r.url and r.host == "hostile-redirects.test"]
+    assert max(r.redirect_hops for r in chain) <= conf.fetch.max_redirect_hops
+
+
+@pytest.mark.slow
+def test_robots_and_ssrf_outcomes(big_crawl):
+    web, conf, stats, log, v = big_crawl
+    outcomes = collections.defaultdict(collections.Counter)
+    for r in stats.results:
+        outcomes[r.host][r.outcome] += 1
+    assert outcomes["robots-5xx.test"]["robots_unavailable"] >= 1
+    assert outcomes["robots-5xx.test"]["ok"] == 0
+    assert outcomes["robots-disallow-all.test"]["robots_denied"] >= 1
+    assert outcomes["robots-crawl-delay-3600.test"]["deferred"] >= 1
+    assert not any(h.endswith("bait.test") and outcomes[h]["ok"] for h in outcomes)
+    ssrf_errors = [r for r in stats.results if r.error_class == "ssrf_blocked"]
+    assert ssrf_errors, "the SSRF bait links must be refused by the guard"
+
+
+@pytest.mark.slow
+def test_warc_pointers_read_back(big_crawl):
+    web, conf, stats, log, v = big_crawl
+    stored = [r for r in stats.results if r.warc_filename]
+    assert len(stored) >= 500
+    for r in stored[:: max(1, len(stored) // 60)]:
+        with open(stats.warc_dir / r.warc_filename, "rb") as f:
+            f.seek(r.warc_offset)
+            blob = f.read(r.warc_length)
+        rec = next(iter(ArchiveIterator(io.BytesIO(blob))))
+        assert rec.rec_headers.get_header("WARC-Target-URI") == r.url
+        assert rec.rec_type in ("response", "revisit")
+        if rec.rec_type == "response":
+            assert rec.rec_headers.get_header("WARC-Payload-Digest") == r.digest
+
+
+def test_budget_leaves_untouched_urls_unattempted(tmp_path):
+    with TestWeb(tmp_path / "web", n_hosts=12, seed=3, kinds=["site"]) as web:
+        conf = _conf(web, "fetch.task_budget_s=3.5")
+        host = max(web.plan.by_kind("site"), key=lambda h: len(h.pages))
+        paths = sorted(host.pages)[:8]
+        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u))
+                 for u in (normalize(host.url(p)) for p in paths)]
+        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"b-{i}.warc.gz"))
+        results = [r for r in out if isinstance(r, FetchResult)]
+        assert [r.url for r in results] == [i.url for i in items]
+        unattempted = [r for r in results if r.outcome == "not_attempted"]
+        assert 3 <= len(unattempted) <= 6
+        assert all(r.fetch_time is None and r.warc_filename is None for r in unattempted)
+        requested = {line["path"] for line in web.log()}
+        for r in unattempted:
+            assert r.url.split(str(web.port), 1)[1] not in requested
+
+
+def test_retried_task_does_not_burst(tmp_path):
+    """A retried task (or the next round) waits the host delay before its first request."""
+    with TestWeb(tmp_path / "web", n_hosts=15, seed=5, kinds=["site"]) as web:
+        conf = _conf(web)
+        seeds = web.seeds()[:10]
+        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in map(normalize, seeds)]
+        list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"a-{i}.warc.gz"))
+        # the same hosts again at once, as Spark's retry of a failed task would, knowing nothing of the first run
+        list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"r-{i}.warc.gz",
+                             retried=True))
+        v = web.violations(host_delay_s=DELAY)
+        assert v.requests >= 30
+        assert v.too_close == [], v.summary()
+
+
+def test_host_results_carry_state_for_the_next_round(tmp_path):
+    with TestWeb(tmp_path / "web", n_hosts=12, seed=9, kinds=["site"]) as web:
+        conf = _conf(web)
+        seeds = web.seeds()[:5]
+        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in map(normalize, seeds)]
+        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"a-{i}.warc.gz"))
+        hosts = {h.host: h for h in out if isinstance(h, HostResult)}
+        assert set(hosts) == {i.host for i in items}
+        for h in hosts.values():
+            assert h.robots_status is not None and h.robots_fetched_at is not None
+            assert h.robots_expires_at > h.robots_fetched_at
+            assert h.next_allowed_at is not None and h.requests == 2 and h.robots_requests == 1
+            assert h.ip is not None and h.ip.startswith("127.10.")
