@@ -80,7 +80,7 @@ class Params:
 
 
 FULL = Params(seed=7, web_hosts=300, a_hosts=200, a_pages=5, a_delay_s=1.0, a_latency_s=0.02, a_runs=3,
-              b_hosts=120, b_pages=20, b_latency_s=0.0, b_pairs=4)
+              b_hosts=120, b_pages=30, b_latency_s=0.0, b_pairs=4)
 QUICK = Params(seed=7, web_hosts=180, a_hosts=100, a_pages=5, a_delay_s=0.5, a_latency_s=0.02, a_runs=1,
                b_hosts=100, b_pages=8, b_latency_s=0.0, b_pairs=2)
 
@@ -89,7 +89,25 @@ QUICK = Params(seed=7, web_hosts=180, a_hosts=100, a_pages=5, a_delay_s=0.5, a_l
 
 
 def _maxrss_mib() -> float:
+    """Peak RSS of this process in MiB: VmHWM (Linux), else ru_maxrss.
+
+    ``ru_maxrss`` survives execve on Linux, so a child started by a big parent
+    reports the parent's size; VmHWM belongs to the process's own address space.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def _quantiles(xs: list[float]) -> dict:
+    if not xs:
+        return {"p50": None, "p90": None, "max": None}
+    xs = sorted(xs)
+    return {"p50": xs[len(xs) // 2], "p90": xs[min(len(xs) - 1, int(0.9 * len(xs)))], "max": xs[-1]}
 
 
 def _read_hosts_file(path: str) -> dict[str, str]:
@@ -101,6 +119,52 @@ def _read_hosts_file(path: str) -> dict[str, str]:
     return table
 
 
+class _Timers:
+    """In-situ timers around the engine's CPU-bound steps (a few hundred ns each; used on one untimed run).
+
+    Patched by name, so a renamed function is simply missing from the report.
+    """
+
+    TARGETS = (("_classify (all work after the body)", "crawl_udfs.partition", "_Task", "_classify"),
+               ("parse", "crawl_udfs.partition", None, "parse"),
+               ("url_filter.reason", "crawl_udfs.url_filter", "UrlFilter", "reason"),
+               ("simhash", "crawl_udfs.partition", None, "simhash"),
+               ("payload_digest", "crawl_udfs.partition", None, "payload_digest"),
+               ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"))
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.calls: Counter = Counter()
+        self._undo: list = []
+
+    def install(self) -> None:
+        import functools
+        import importlib
+
+        for label, module, cls, name in self.TARGETS:
+            owner = importlib.import_module(module)
+            owner = getattr(owner, cls, None) if cls else owner
+            fn = getattr(owner, name, None) if owner is not None else None
+            if fn is None:
+                continue
+
+            @functools.wraps(fn)
+            def timed(*a, __fn=fn, __label=label, **kw):
+                t = time.perf_counter()
+                try:
+                    return __fn(*a, **kw)
+                finally:
+                    self.seconds[__label] = self.seconds.get(__label, 0.0) + time.perf_counter() - t
+                    self.calls[__label] += 1
+
+            setattr(owner, name, timed)
+            self._undo.append((owner, name, fn))
+
+    def uninstall(self) -> None:
+        for owner, name, fn in reversed(self._undo):
+            setattr(owner, name, fn)
+
+
 def _worker_crawler(spec: dict) -> dict:
     from crawl_udfs import config
     from crawl_udfs.partition import fetch_partition
@@ -110,6 +174,9 @@ def _worker_crawler(spec: dict) -> dict:
     conf = config.load(overrides=spec["overrides"])
     items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in spec["urls"]]
     prof = cProfile.Profile() if spec.get("profile") else None
+    timers = _Timers() if spec.get("components") else None
+    if timers:
+        timers.install()
     rss0 = _maxrss_mib()
     w0, t0, c0 = time.time(), time.perf_counter(), time.process_time()
     if prof:
@@ -120,13 +187,18 @@ def _worker_crawler(spec: dict) -> dict:
         prof.disable()
         prof.dump_stats(spec["profile"])
     t1, c1, w1 = time.perf_counter(), time.process_time(), time.time()
-    outcomes = Counter(r.outcome for r in rows if not isinstance(r, HostResult))
+    if timers:
+        timers.uninstall()
+    results = [r for r in rows if not isinstance(r, HostResult)]
+    outcomes = Counter(r.outcome for r in results)
     hosts = [r for r in rows if isinstance(r, HostResult)]
     warc_bytes = sum(f.stat().st_size for f in Path(spec["warc_dir"]).glob("*.warc.gz"))
     return {"mode": "crawler", "elapsed_s": t1 - t0, "cpu_s": c1 - c0, "start": w0, "end": w1,
             "pages": outcomes.get("ok", 0), "requests": sum(h.requests for h in hosts),
             "outcomes": dict(outcomes), "warc_bytes": warc_bytes, "rss_before_mib": rss0,
-            "maxrss_mib": _maxrss_mib()}
+            "first_byte_ms": _quantiles([r.t_first_byte_ms for r in results if r.t_first_byte_ms is not None]),
+            "maxrss_mib": _maxrss_mib(),
+            "components_s": timers.seconds if timers else None}
 
 
 def _worker_bare(spec: dict) -> dict:
@@ -189,6 +261,10 @@ def worker_main(spec_path: str) -> int:
 # ============================================================== orchestrator
 
 
+def note(msg: str) -> None:
+    print(f"[fetch-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
 class Runner:
     """Starts worker subprocesses and reads the server process's CPU time around each."""
 
@@ -208,6 +284,7 @@ class Runner:
         if proc.returncode != 0:
             raise RuntimeError(f"worker {spec['mode']} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
         out = json.loads(proc.stdout.strip().splitlines()[-1])
+        note(f"{spec['mode']:>7} run: {out['pages']} pages, {out['requests']} requests in {out['elapsed_s']:.2f}s")
         out["server_cpu_s"] = None if s0 is None or s1 is None else s1 - s0
         return out
 
@@ -250,39 +327,69 @@ def base_overrides(web) -> list[str]:
     return [f'net.hosts_file="{web.hosts_file}"', 'net.allow_private_cidrs=["127.10.0.0/16"]']
 
 
+#: (a) runs each variant in turn: the deployed defaults, and the same with the
+#: response-time-derived delay off, which isolates the scheduler and event loop.
+A_VARIANTS = (("defaults", []), ("rt_factor=0", ["politeness.response_time_factor=0.0"]))
+
+
+def warm_up(runner: Runner, web, urls: list[str], conf, spacing_s: float) -> None:
+    """One request per host (the server builds a host's pages on first use), then wait out the host delay."""
+    first: dict[str, str] = {}
+    for u in urls:
+        first.setdefault(u.split("/", 3)[2], u)
+    runner.run({"mode": "bare", "urls": list(first.values()), "hosts_file": str(web.hosts_file), "robots": False,
+                "concurrency": conf.fetch.max_concurrency, "ip_cap": conf.politeness.max_in_flight_per_ip,
+                "user_agent": "fetch-bench-warmup"}, web.proc.pid)
+    time.sleep(spacing_s)
+
+
 def scenario_a(p: Params, tmp: Path, runner: Runner) -> dict:
+    from crawl_udfs import config
     from tests.testweb import TestWeb, analyze
+    from tests.testweb.analysis import gaps
 
     H, K, d, L = p.a_hosts, p.a_pages, p.a_delay_s, p.a_latency_s
+    spacing = d + 0.25  # a fresh task knows nothing of the last one: keep the host delay across runs too
     with TestWeb(tmp / "web-a", n_hosts=p.web_hosts, seed=p.seed, kinds=["site"], knobs={"latency_s": L}) as web:
         urls = pick_urls(web.plan, H, K)
-        overrides = base_overrides(web) + [f"politeness.host_delay_s={d}"]
+        base = base_overrides(web) + [f"politeness.host_delay_s={d}"]
+        conf = config.load(overrides=base)
+        warm_up(runner, web, urls, conf, spacing)
         runs = []
         for r in range(p.a_runs):
-            if r:
-                time.sleep(d + 0.25)  # a fresh task knows nothing of the last one: keep the gap across runs too
-            warc = tmp / f"warc-a-{r}"
-            out = runner.run({"mode": "crawler", "urls": urls, "overrides": overrides, "warc_dir": str(warc)},
-                             web.proc.pid)
-            shutil.rmtree(warc, ignore_errors=True)
-            runs.append(out)
+            for name, extra in A_VARIANTS:
+                if runs:
+                    time.sleep(spacing)
+                warc = tmp / f"warc-a-{len(runs)}"
+                out = runner.run({"mode": "crawler", "urls": urls, "overrides": base + extra, "warc_dir": str(warc)},
+                                 web.proc.pid)
+                shutil.rmtree(warc, ignore_errors=True)
+                out["variant"] = name
+                runs.append(out)
         time.sleep(0.3)  # let the server flush its last log lines
         log = web.log()
         violations = web.violations(host_delay_s=d)
-    for out in runs:
-        lines = [r for r in log if out["start"] <= r["start"] <= out["end"]]
-        out["server_requests"] = len(lines)
-        out["server_span_s"] = (max(r["end"] for r in lines) - min(r["start"] for r in lines)) if lines else None
-        out["server_mean_request_s"] = statistics.mean(r["end"] - r["start"] for r in lines) if lines else None
-        out["run_clean"] = analyze(lines, d).clean
+    ua = conf.crawler.user_agent
     ideal = H * K / (K * d)
     ideal_lat = H * K / (K * d + (K + 1) * L)
     for out in runs:
+        lines = [r for r in log if r["ua"] == ua and out["start"] <= r["start"] <= out["end"]]
+        by_host: dict[str, list[dict]] = {}
+        for r in lines:
+            by_host.setdefault(r["host"], []).append(r)
+        out["server_requests"] = len(lines)
+        out["server_span_s"] = (max(r["end"] for r in lines) - min(r["start"] for r in lines)) if lines else None
+        out["server_request_ms"] = _quantiles([(r["end"] - r["start"]) * 1000 for r in lines])
+        out["server_gap_s"] = _quantiles([g for rs in by_host.values() for _, g in gaps(rs)])
+        out["server_host_span_s"] = _quantiles([max(r["end"] for r in rs) - min(r["start"] for r in rs)
+                                                for rs in by_host.values()])
+        out["run_clean"] = analyze(lines, d).clean
         out["achieved_pps"] = out["pages"] / out["elapsed_s"]
         out["ratio"] = out["achieved_pps"] / ideal
         out["ratio_latency_aware"] = out["achieved_pps"] / ideal_lat
         out["ratio_server_span"] = (out["pages"] / out["server_span_s"]) / ideal if out["server_span_s"] else None
     return {"H": H, "K": K, "d": d, "L": L, "ideal_pps": ideal, "ideal_latency_aware_pps": ideal_lat, "runs": runs,
+            "response_time_factor": conf.politeness.response_time_factor,
             "violations": violations.counts(), "violations_clean": violations.clean,
             "violations_summary": violations.summary(), "min_slack_s": violations.min_slack_s}
 
@@ -301,15 +408,15 @@ def scenario_b(p: Params, tmp: Path, runner: Runner, profile: bool) -> dict:
                      "concurrency": conf.fetch.max_concurrency, "ip_cap": conf.politeness.max_in_flight_per_ip,
                      "user_agent": conf.crawler.user_agent}
 
-        def crawler(tag: str, prof: str | None = None) -> dict:
+        def crawler(tag: str, prof: str | None = None, components: bool = False) -> dict:
             warc = tmp / f"warc-b-{tag}"
             out = runner.run({"mode": "crawler", "urls": urls, "overrides": overrides, "warc_dir": str(warc),
-                              "profile": prof}, web.proc.pid)
+                              "profile": prof, "components": components}, web.proc.pid)
             shutil.rmtree(warc, ignore_errors=True)
             return out
 
         runner.run(bare_spec, web.proc.pid)  # warm-up: the server generates each host's pages on first use
-        crawler("warmup")
+        components = crawler("warmup", components=True)
         pairs = []
         for i in range(p.b_pairs):
             a = crawler(str(i))
@@ -319,54 +426,112 @@ def scenario_b(p: Params, tmp: Path, runner: Runner, profile: bool) -> dict:
         if profile:
             prof_path = tmp / "crawler.prof"
             a = crawler("profile", str(prof_path))
-            s = io.StringIO()
-            st = pstats.Stats(str(prof_path), stream=s)
-            st.sort_stats("tottime").print_stats(25)
-            st.sort_stats("cumulative").print_stats(40)
-            prof_text = f"profiled run (cProfile slows it): {a['pages']} pages in {a['elapsed_s']:.2f}s\n" + s.getvalue()
+            prof_text = f"profiled run (cProfile slows it down): {a['pages']} pages in {a['elapsed_s']:.2f}s\n" + \
+                profile_summary(prof_path)
     for pair in pairs:
         for side in pair.values():
             side["pps"] = side["pages"] / side["elapsed_s"]
         pair["ratio"] = pair["A"]["pps"] / pair["B"]["pps"]
     ratios = [pair["ratio"] for pair in pairs]
     return {"H": H, "K": K, "latency_s": p.b_latency_s, "concurrency": bare_spec["concurrency"],
-            "ip_cap": bare_spec["ip_cap"], "pairs": pairs, "median_ratio": statistics.median(ratios),
+            "ip_cap": bare_spec["ip_cap"], "pairs": pairs, "components_run": components, "median_ratio": statistics.median(ratios),
             "min_ratio": min(ratios), "max_ratio": max(ratios), "profile": prof_text}
 
 
 # ============================================================== report
+
+#: Where the time of one crawler run goes: (label, file suffix, function), cumulative time.
+HOT_SPOTS = (
+    ("page handling (fetch + classify)", "crawl_udfs/partition.py", "_fetch_page"),
+    ("  fetcher.fetch (aiohttp GET + body)", "crawl_udfs/fetcher.py", "fetch"),
+    ("  _classify (everything after the body)", "crawl_udfs/partition.py", "_classify"),
+    ("    parser.parse (lxml, links, main text)", "crawl_udfs/parser.py", "parse"),
+    ("      outlink normalisation", "crawl_udfs/url_normalize.py", "normalize"),
+    ("      main-text extraction", "crawl_udfs/parser.py", "_main_text"),
+    ("    simhash", "crawl_udfs/simhash.py", "simhash"),
+    ("    WARC write_exchange (gzip, digests)", "crawl_udfs/warc.py", "write_exchange"),
+    ("    payload_digest", "crawl_udfs/signatures.py", "payload_digest"),
+    ("robots.txt fetch + parse", "crawl_udfs/partition.py", "_fetch_robots"),
+    ("scheduler lease", "crawl_udfs/scheduler.py", "lease"),
+    ("scheduler release", "crawl_udfs/scheduler.py", "release"),
+    ("drive loop (asyncio.wait etc., own time only)", "crawl_udfs/partition.py", "_drive_loop"),
+)
+
+
+def profile_summary(path: Path, top: int = 20) -> str:
+    """Selected cumulative times (share of the profiled run) and the top functions by own time."""
+    st = pstats.Stats(str(path))
+    total = st.total_tt  # type: ignore[attr-defined]
+    out = [f"  {'where':<48} {'cum s':>7} {'share':>6}"]
+    for label, suffix, func in HOT_SPOTS:
+        own = func == "_drive_loop"
+        hits = [v[2] if own else v[3] for k, v in st.stats.items()  # type: ignore[attr-defined]
+                if k[0].endswith(suffix) and k[2] == func]
+        t = max(hits) if hits else None
+        out.append(f"  {label:<48} {_fmt(t, '.2f'):>7} {_fmt(t and 100 * t / total, '.0f'):>5}%")
+    s = io.StringIO()
+    pstats.Stats(str(path), stream=s).sort_stats("tottime").print_stats(top)
+    body = s.getvalue()
+    body = body[body.find("   ncalls"):] if "   ncalls" in body else body
+    return "\n".join(out) + f"\n  top {top} by own time (total {total:.2f}s):\n" + body
 
 
 def _fmt(x, spec=".3f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def report(a: dict, b: dict, p: Params, args, total_s: float) -> str:
-    med = statistics.median
+def report(a: dict | None, b: dict | None, p: Params, args, total_s: float) -> str:
     lines = [f"fetch engine benchmark  ({'--quick' if args.quick else 'full'}; {os.cpu_count()} CPUs; "
              f"python {sys.version.split()[0]}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; total {total_s:.0f}s)", ""]
+    if a is not None:
+        lines += report_a(a)
+    if b is not None:
+        lines += report_b(b)
+    return "\n".join(lines)
+
+
+def report_a(a: dict) -> list[str]:
+    med = statistics.median
+    lines: list[str] = []
     H, K, d, L = a["H"], a["K"], a["d"], a["L"]
     lines += [
         f"(a) politeness-bound: {H} hosts x {K} pages (+1 robots.txt each), politeness.host_delay_s={d}, "
-        f"server latency L={L}s, other keys default",
+        f"server latency L={L}s; variants: 'defaults' (response_time_factor={a['response_time_factor']:g}) and "
+        f"'rt_factor=0', run alternately",
         f"    ideal = H*K/(K*d) = {a['ideal_pps']:.1f} pages/s  (robots.txt counted as one of the host's requests: "
-        f"K+1 requests, K delays)",
+        f"K+1 requests, K delays; requests take no time)",
         f"    latency-aware ideal = H*K/(K*d + (K+1)*L) = {a['ideal_latency_aware_pps']:.1f} pages/s",
-        f"    {'run':>3} {'pages':>6} {'reqs':>5} {'wall s':>7} {'pages/s':>8} {'ratio':>6} {'vs L-aware':>10} "
-        f"{'vs srv span':>11} {'srv mean req ms':>15} {'cpu s':>6} {'peak RSS MiB':>12}",
+        "    ratio = (pages OK / wall time of fetch_partition) / ideal; 'vs srv span' uses the span the server saw;",
+        f"    gaps, request times and host spans (first request start to last end; ideal K*d+(K+1)*L = "
+        f"{K * d + (K + 1) * L:.2f}s) are from the server's log",
+        f"    {'variant':>12} {'pages':>5} {'reqs':>5} {'wall s':>6} {'pages/s':>7} {'ratio':>6} {'vs L-aware':>10} "
+        f"{'vs srv span':>11} {'srv gap p50/p90/max s':>21} {'srv req p50/p90 ms':>18} {'client 1st-byte p50/p90 ms':>26} "
+        f"{'host span p50/max s':>19} {'cpu s':>5} {'peak RSS MiB':>12}",
     ]
-    for i, r in enumerate(a["runs"]):
-        lines.append(f"    {i:>3} {r['pages']:>6} {r['requests']:>5} {r['elapsed_s']:>7.2f} {r['achieved_pps']:>8.1f} "
-                     f"{r['ratio']:>6.3f} {r['ratio_latency_aware']:>10.3f} {_fmt(r['ratio_server_span']):>11} "
-                     f"{_fmt(r['server_mean_request_s'] and r['server_mean_request_s'] * 1000, '.1f'):>15} "
-                     f"{r['cpu_s']:>6.2f} {r['maxrss_mib']:>12.1f}")
-    ratios = [r["ratio"] for r in a["runs"]]
-    lines += [f"    ratio achieved/ideal: median {med(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
-              f"goal >= 0.95: {'MET' if med(ratios) >= 0.95 else 'MISSED'}",
-              f"    outcomes: {a['runs'][0]['outcomes']}",
-              f"    server-side politeness check web.violations(host_delay_s={d}): "
-              f"{'CLEAN' if a['violations_clean'] else 'NOT CLEAN'}",
+    for r in a["runs"]:
+        g, q, fb, hs = r["server_gap_s"], r["server_request_ms"], r["first_byte_ms"], r["server_host_span_s"]
+        lines.append(f"    {r['variant']:>12} {r['pages']:>5} {r['requests']:>5} {r['elapsed_s']:>6.2f} "
+                     f"{r['achieved_pps']:>7.1f} {r['ratio']:>6.3f} {r['ratio_latency_aware']:>10.3f} "
+                     f"{_fmt(r['ratio_server_span']):>11} "
+                     f"{_fmt(g['p50'], '.3f') + '/' + _fmt(g['p90'], '.3f') + '/' + _fmt(g['max'], '.2f'):>21} "
+                     f"{_fmt(q['p50'], '.1f') + '/' + _fmt(q['p90'], '.1f'):>18} "
+                     f"{_fmt(fb['p50'], '.1f') + '/' + _fmt(fb['p90'], '.1f'):>26} "
+                     f"{_fmt(hs['p50'], '.2f') + '/' + _fmt(hs['max'], '.2f'):>19} {r['cpu_s']:>5.2f} {r['maxrss_mib']:>12.1f}")
+    for name, _ in A_VARIANTS:
+        ratios = [r["ratio"] for r in a["runs"] if r["variant"] == name]
+        lines.append(f"    {name:>12}: ratio achieved/ideal median {med(ratios):.3f} (min {min(ratios):.3f}, "
+                     f"max {max(ratios):.3f}, {len(ratios)} runs); goal >= 0.95: "
+                     f"{'MET' if med(ratios) >= 0.95 else 'MISSED'}")
+    lines += [f"    outcomes per run: {a['runs'][0]['outcomes']}",
+              f"    server-side politeness check web.violations(host_delay_s={d}) over the whole log "
+              f"(every run and the warm-up): {'CLEAN' if a['violations_clean'] else 'NOT CLEAN'}",
               *("      " + s for s in a["violations_summary"].splitlines()), ""]
+    return lines
+
+
+def report_b(b: dict) -> list[str]:
+    med = statistics.median
+    lines: list[str] = []
     lines += [
         f"(b) CPU-bound: {b['H']} hosts x {b['K']} pages (+1 robots.txt each), host_delay_s=0, "
         f"response_time_factor=0, server latency {b['latency_s']}s; concurrency {b['concurrency']}, "
@@ -387,10 +552,25 @@ def report(a: dict, b: dict, p: Params, args, total_s: float) -> str:
     lines += [f"    ratio A/B pages/s: median {b['median_ratio']:.3f} (min {b['min_ratio']:.3f}, max {b['max_ratio']:.3f}, "
               f"{len(b['pairs'])} pairs); goal >= 0.5: {'MET' if b['median_ratio'] >= 0.5 else 'MISSED'}",
               f"    client CPU per page B/A (median): {cpu_ratio:.3f}",
-              f"    A outcomes: {b['pairs'][0]['A']['outcomes']}", ""]
+              f"    A outcomes: {b['pairs'][0]['A']['outcomes']}"]
+    comp = b.get("components_run")
+    if comp and comp.get("components_s"):
+        n = comp["pages"]
+        bare_ms = med([pair["B"]["cpu_s"] * 1000 / pair["B"]["pages"] for pair in b["pairs"]])
+        total_ms = comp["cpu_s"] * 1000 / n
+        cs = comp["components_s"]
+        lines += [f"    where A's client CPU goes (in-situ timers on the untimed warm-up run of A: {n} pages, "
+                  f"{total_ms:.2f} ms CPU/page; wall time inside each step, the process being single-threaded):"]
+        for label, *_ in _Timers.TARGETS:
+            if label in cs:
+                lines.append(f"      {label:<40} {cs[label] * 1000 / n:>6.3f} ms/page  {100 * cs[label] / comp['cpu_s']:>4.0f}%")
+        rest = total_ms - cs.get(_Timers.TARGETS[0][0], 0.0) * 1000 / n
+        lines.append(f"      {'everything else (fetch, scheduler, loop)':<40} {rest:>6.3f} ms/page  "
+                     f"{100 * rest / total_ms:>4.0f}%   (B, the whole bare loop: {bare_ms:.3f} ms/page)")
+    lines.append("")
     if b.get("profile"):
         lines += ["(b) profile of one crawler run:", b["profile"]]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller run (< 1 min)")
     ap.add_argument("--profile", action="store_true", help="cProfile one crawler run of (b) and print its top functions")
     ap.add_argument("--json", type=Path, help="also write every raw figure to this file")
+    ap.add_argument("--only", choices=("a", "b"), help="run only scenario (a) or (b)")
+    ap.add_argument("--keep", type=Path, help="work in this directory and keep it (server logs, specs)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -406,9 +588,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="fetch-bench-") as tmp_s:
         tmp = Path(tmp_s)
+        if args.keep:
+            tmp = args.keep
+            tmp.mkdir(parents=True, exist_ok=True)
         runner = Runner(tmp)
-        a = scenario_a(p, tmp, runner)
-        b = scenario_b(p, tmp, runner, args.profile)
+        a = scenario_a(p, tmp, runner) if args.only != "b" else None
+        b = scenario_b(p, tmp, runner, args.profile) if args.only != "a" else None
     text = report(a, b, p, args, time.time() - t0)
     print(text)
     if args.json:

@@ -17,6 +17,7 @@ from crawl_udfs.partition import NOT_SENT, fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult
 from crawl_udfs.url_normalize import fingerprint, host_of, normalize
 from tests.crawlloop import crawl
+from tests.summary import note
 from tests.testweb import TestWeb
 
 DELAY = 1.0
@@ -52,7 +53,7 @@ def big_crawl(tmp_path_factory):
 @pytest.mark.slow
 def test_zero_violations_server_side(big_crawl):
     web, conf, stats, log, v = big_crawl
-    print("\n" + v.summary())
+    note("\ntest web crawl (server-side): " + v.summary().replace("\n", "; "))
     assert len(v.requests_by_host) >= 200, "the crawl should reach a few hundred hosts"
     assert v.too_close == [], v.too_close[:3]
     assert v.overlapping == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.summary import note
 import logging
 import pickle
 import random
@@ -66,7 +67,7 @@ def test_google_conformance_suite():
     std_failed = {(c.file, c.useragent, c.testurl) for c, got in results
                   if not c.google_specific and got != c.expected_allowed}
     g_passed = sum(1 for c, got in results if c.google_specific and got == c.expected_allowed)
-    print(f"\nrobots conformance: {len(cases)} expectations; standard {len(standard) - len(std_failed)} passed, "
+    note(f"\nrobots conformance: {len(cases)} expectations; standard {len(standard) - len(std_failed)} passed, "
           f"{len(std_failed & RFC_OVERRIDES)} deliberately different (RFC 9309 §2.2.2), "
           f"{len(std_failed - RFC_OVERRIDES)} failed; google-specific {g_passed} passed, "
           f"{len(google) - g_passed} failed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.summary import note
 import json
 import pickle
 import re
@@ -103,7 +104,7 @@ def test_wpt_urltestdata_agrees_with_whatwg():
             agree += 1
         else:
             differing[url] = ours
-    print(
+    note(
         f"\nWPT urltestdata: {checked} http(s) cases checked, {agree} agree, "
         f"{len(differing)} deliberate differences; {rejected_other_scheme} other-scheme results refused"
     )
@@ -370,6 +371,6 @@ def test_throughput():
     start = time.perf_counter()
     kept = [normalize(u, base) for u in urls]
     rate = len(urls) / (time.perf_counter() - start)
-    print(f"\nurl_normalize: {rate:,.0f} normalisations/s on one core")
+    note(f"\nurl_normalize: {rate:,.0f} normalisations/s on one core")
     assert None not in kept
     assert rate > 2_000  # generous: the machine is shared; measured ~60-100k/s alone

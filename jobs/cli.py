@@ -1,0 +1,140 @@
+"""The ``deltacrawl`` command: the stable external contract (ARCHITECTURE.md).
+
+    deltacrawl [--conf FILE.toml] [--set KEY=VALUE]... COMMAND
+
+Every failure an operator can cause (bad configuration, missing tables,
+unreachable storage, no Java) ends in one line on stderr and exit status 2;
+``--debug`` shows the traceback as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from crawl_udfs import config
+from crawl_udfs.config import ConfigError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="deltacrawl", description="A polite batch web crawler on Spark + Delta Lake.")
+    p.add_argument("--conf", action="append", default=[], metavar="FILE.toml", help="configuration overlay")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override one key, e.g. --set politeness.host_delay_s=2")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("init", help="create or upgrade the tables (idempotent)")
+    inj = sub.add_parser("inject", help="add seeds (files with one URL a line, or URLs)")
+    inj.add_argument("sources", nargs="+")
+    inj.add_argument("--boost", type=float, default=None, help="raise existing URLs to this score and make them due")
+    sub.add_parser("generate", help="open a round: select due URLs into its fetch list")
+    sub.add_parser("fetch", help="fetch the open round")
+    sub.add_parser("update", help="merge the fetched round into the crawl DB")
+    sub.add_parser("round", help="one generate -> fetch -> update cycle (finishes an interrupted round first)")
+    cr = sub.add_parser("crawl", help="up to N rounds; stops early when nothing is due")
+    cr.add_argument("--rounds", type=int, required=True)
+    sq = sub.add_parser("sql", help="run a SQL query over the registered tables")
+    sq.add_argument("query")
+    sq.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    sq.add_argument("--limit", type=int, default=1000, help="most rows printed (table format)")
+    sub.add_parser("status", help="frontier size, due URLs, hosts, last rounds")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        conf = config.load(args.conf, args.overrides)
+        return _dispatch(args, conf)
+    except ConfigError as e:
+        print(f"deltacrawl: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("deltacrawl: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the operator gets one line, --debug the rest
+        if args.debug:
+            raise
+        print(f"deltacrawl: {args.command} failed: {_one_line(e)} (rerun to resume; --debug for details)",
+              file=sys.stderr)
+        return 1
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(e).__name__}: {first}"[:500]
+
+
+def _dispatch(args, conf) -> int:
+    from jobs import common
+    from jobs.session import build_session
+
+    spark = build_session(conf, app_suffix=args.command)
+    _check_storage(spark, conf)
+    if args.command == "init":
+        changed = common.ensure_tables(spark, conf)
+        print("\n".join(changed) if changed else "tables up to date", f"under {common.root(conf)}")
+        return 0
+    common.register_tables(spark, conf)
+    if args.command == "inject":
+        from jobs import inject
+        _print_counts("inject", inject.run(spark, conf, args.sources, boost=args.boost))
+    elif args.command == "generate":
+        from jobs import generate
+        _print_counts("generate", generate.run(spark, conf))
+    elif args.command == "fetch":
+        from jobs import fetch
+        _print_counts("fetch", fetch.run(spark, conf))
+    elif args.command == "update":
+        from jobs import update
+        _print_counts("update", update.run(spark, conf))
+    elif args.command in ("round", "crawl"):
+        from jobs import rounds
+        n = 1 if args.command == "round" else args.rounds
+        done = rounds.crawl(spark, conf, n, out=sys.stdout)
+        print(f"{done} round(s) completed")
+    elif args.command == "sql":
+        _sql(spark, args.query, args.format, args.limit)
+    elif args.command == "status":
+        from jobs import status
+        print(status.report(spark, conf))
+    return 0
+
+
+def _check_storage(spark, conf) -> None:
+    """A clear error when storage.root cannot be reached, before any job starts."""
+    from jobs import common
+    root = common.root(conf)
+    jvm = spark.sparkContext._jvm
+    try:
+        path = jvm.org.apache.hadoop.fs.Path(root)
+        fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        fs.mkdirs(path)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"storage.root {root} is not reachable: {_one_line(e)}") from None
+
+
+def _print_counts(verb: str, counts: dict) -> None:
+    items = ", ".join(f"{k}={v}" for k, v in counts.items())
+    print(f"{verb}: {items}")
+
+
+def _sql(spark, query: str, fmt: str, limit: int) -> None:
+    df = spark.sql(query)
+    if fmt == "table":
+        df.show(limit, truncate=80)
+    elif fmt == "json":
+        for row in df.toLocalIterator():
+            print(json.dumps(row.asDict(recursive=True), default=str))
+    else:
+        import csv
+        w = csv.writer(sys.stdout)
+        w.writerow(df.columns)
+        for row in df.toLocalIterator():
+            w.writerow(list(row))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The round ledger (``rounds`` table): what makes rounds resumable and idempotent.
+
+A round moves ``generated -> fetching -> fetched -> updated``. Each verb reads
+the ledger first: it does nothing for a round already past its step, and
+finishes a round stuck inside its step. Rows are written by MERGE on ``round``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crawl_udfs.config import Config
+from jobs.common import conform, now_utc, read, table
+from schemas.tables import TABLES
+
+STATES = ("generated", "fetching", "fetched", "updated")
+
+
+def rank(state: str | None) -> int:
+    return STATES.index(state) if state in STATES else -1
+
+
+def last_round(spark, conf: Config) -> dict[str, Any] | None:
+    rows = read(spark, conf, "rounds").orderBy("round", ascending=False).limit(1).collect()
+    return rows[0].asDict() if rows else None
+
+
+def get_round(spark, conf: Config, n: int) -> dict[str, Any] | None:
+    rows = read(spark, conf, "rounds").where(f"round = {int(n)}").collect()
+    return rows[0].asDict() if rows else None
+
+
+def set_state(spark, conf: Config, n: int, state: str, *, counts: dict[str, int] | None = None,
+              seconds: dict[str, float] | None = None, **fields: Any) -> None:
+    """Upsert round ``n`` with ``state``; maps are merged into what the row already holds."""
+    assert state in STATES, state
+    old = get_round(spark, conf, n) or {}
+    row = {f.name: old.get(f.name) for f in TABLES["rounds"].schema.fields}
+    row.update(fields)
+    row["round"], row["state"] = int(n), state
+    stamp = {"generated": "generated_at", "fetching": "fetch_started_at", "fetched": "fetched_at",
+             "updated": "updated_at"}[state]
+    row[stamp] = row.get(stamp) if fields.get(stamp) is None and old.get("state") == state else now_utc()
+    row["counts"] = {**(old.get("counts") or {}), **(counts or {})}
+    row["seconds"] = {**(old.get("seconds") or {}), **(seconds or {})}
+    df = conform(spark.createDataFrame([row], TABLES["rounds"].schema), TABLES["rounds"])
+    (table(spark, conf, "rounds").alias("t").merge(df.alias("s"), "t.round = s.round")
+     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())

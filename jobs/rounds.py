@@ -1,0 +1,69 @@
+"""``deltacrawl round`` / ``crawl --rounds N``: the verbs in order, resumable.
+
+Each round: finish the last round if a crash left it open (fetch and/or
+update, as the ledger says), else generate -> fetch -> update. Stops early
+when nothing is due. Prints one readable summary per round; the same counts
+are in the ``rounds`` table (each verb writes its own into the ledger).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from crawl_udfs.config import Config
+from jobs import ledger
+
+
+def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
+    from jobs import fetch, generate, update
+
+    done = 0
+    while done < rounds:
+        t0 = time.perf_counter()
+        seconds: dict[str, float] = {}
+        last = ledger.last_round(spark, conf)
+        if last is not None and last["state"] != "updated":
+            n = last["round"]
+            print(f"round {n}: resuming from state {last['state']}", file=out)
+        else:
+            t = time.perf_counter()
+            g = generate.run(spark, conf)
+            seconds["generate"] = time.perf_counter() - t
+            n = g.get("round")
+            if n is None:
+                print("nothing is due: stopping", file=out)
+                break
+        if ledger.rank(ledger.get_round(spark, conf, n)["state"]) < ledger.rank("fetched"):
+            t = time.perf_counter()
+            fetch.run(spark, conf, round_no=n)
+            seconds["fetch"] = time.perf_counter() - t
+        if ledger.rank(ledger.get_round(spark, conf, n)["state"]) < ledger.rank("updated"):
+            t = time.perf_counter()
+            update.run(spark, conf, round_no=n)
+            seconds["update"] = time.perf_counter() - t
+        seconds["round"] = time.perf_counter() - t0
+        ledger.set_state(spark, conf, n, "updated", seconds=seconds)
+        print(summary(ledger.get_round(spark, conf, n)), file=out)
+        done += 1
+    return done
+
+
+def summary(row: dict) -> str:
+    """A readable block for one round from its ledger row."""
+    c = row.get("counts") or {}
+    s = row.get("seconds") or {}
+    outcomes = {k[len("fetched_"):]: v for k, v in sorted(c.items()) if k.startswith("fetched_") and v}
+    fetch_s = s.get("fetch") or 0.0
+    pages = sum(v for k, v in outcomes.items() if k not in ("not_attempted", "deferred"))
+    lines = [
+        f"round {row['round']}: {row['state']}",
+        "  pages by outcome: " + (", ".join(f"{k}={v}" for k, v in outcomes.items()) or "none"),
+        f"  bytes {c.get('bytes', 0):,}  requests {c.get('requests', 0)} (robots.txt {c.get('robots_requests', 0)})"
+        f"  pages/s {pages / fetch_s if fetch_s else 0.0:.2f}",
+        "  seconds: " + ", ".join(f"{k} {s[k]:.1f}" for k in ("generate", "fetch", "update", "round") if k in s),
+        f"  politeness wait {c.get('politeness_wait_ms', 0) / 1000:.1f} s (summed over URLs)"
+        f"  new URLs {c.get('new_urls', 0)}  frontier {c.get('frontier_size', 0)}",
+    ]
+    return "\n".join(lines)

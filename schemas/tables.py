@@ -1,0 +1,237 @@
+"""Every deltacrawl table: its StructType, its Delta properties, where it lives.
+
+Schemas are code (STYLE.md rule 11): nullability is deliberate — a NOT NULL
+column is one every writer must fill. Timestamps are UTC ``TimestampType``.
+All tables live under ``storage.root/tables/<name>`` and are registered by
+name in the session catalog (``jobs.common.register_tables``), so SQL can say
+``SELECT … FROM crawldb``; any other Spark session can read them as
+``delta.`<root>/tables/crawldb```.
+
+Short long strings (URLs, bodies) sit after the columns that queries filter
+on, because Delta collects data-skipping statistics on the first 32 columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DoubleType, IntegerType, LongType, MapType,
+                               StringType, StructField, StructType, TimestampType)
+
+
+def _f(name: str, dtype, nullable: bool = True, comment: str = "") -> StructField:
+    return StructField(name, dtype, nullable, metadata={"comment": comment} if comment else {})
+
+
+CRAWLDB = StructType([
+    _f("url_fp", LongType(), False, "xxhash64(url): the key (Spark SQL xxhash64, seed 42)"),
+    _f("host", StringType(), False, "lower-case punycode host, no port"),
+    _f("status", StringType(), False, "schemas.status.Status value"),
+    _f("next_fetch_time", TimestampType(), False, "due at or after this time"),
+    _f("score", DoubleType(), False, "priority: higher first"),
+    _f("depth", IntegerType(), False, "link distance from a seed (redirects keep the depth)"),
+    _f("redirect_hops", IntegerType(), False, "redirects taken to reach this URL"),
+    _f("retries", IntegerType(), False, "consecutive failed fetches"),
+    _f("fetch_count", IntegerType(), False, "fetches with a response"),
+    _f("change_count", IntegerType(), False, "fetches whose content differed from the previous copy"),
+    _f("unchanged_count", IntegerType(), False, "fetches whose content was the same (incl. 304)"),
+    _f("fetch_interval_s", DoubleType(), False, "current re-fetch interval"),
+    _f("first_seen", TimestampType(), False, "when the URL entered the crawl DB"),
+    _f("last_fetch_time", TimestampType(), True, "start of the last fetch attempt"),
+    _f("last_change_time", TimestampType(), True, "fetch time at which a change was last seen"),
+    _f("http_status", IntegerType(), True, "status code of the last response"),
+    _f("error_class", StringType(), True, "why the last attempt failed or was deferred"),
+    _f("simhash", LongType(), True, "64-bit SimHash of the main text of the last copy"),
+    _f("dup_of", LongType(), True, "url_fp of the original when status = duplicate"),
+    _f("discovered_round", LongType(), False, "round that inserted the URL (0 = injected)"),
+    _f("updated_round", LongType(), False, "last round whose update touched the row (idempotence guard)"),
+    _f("source_fp", LongType(), True, "url_fp of the page the URL was first found on"),
+    _f("digest", StringType(), True, "WARC payload digest of the last stored copy (sha1:BASE32)"),
+    _f("content_type", StringType(), True, "media type of the last response"),
+    _f("etag", StringType(), True, "ETag of the last 2xx response, for If-None-Match"),
+    _f("last_modified", StringType(), True, "Last-Modified of the last 2xx response, for If-Modified-Since"),
+    _f("warc_record_id", StringType(), True, "WARC-Record-ID of the last stored copy (revisits refer to it)"),
+    _f("warc_fetch_time", TimestampType(), True, "fetch time of that copy"),
+    _f("redirect_to", StringType(), True, "normalised redirect target of the last response"),
+    _f("url", StringType(), False, "normalised URL"),
+])
+
+HOSTS = StructType([
+    _f("host", StringType(), False, "lower-case punycode host, no port"),
+    _f("ip", StringType(), True, "last address connected to"),
+    _f("next_allowed_at", TimestampType(), True, "earliest next request (politeness survives rounds)"),
+    _f("consecutive_failures", IntegerType(), False, "timeouts/5xx in a row"),
+    _f("parked_until", TimestampType(), True, "no URL of the host is generated before this"),
+    _f("park_reason", StringType(), True, "failures, retry_after, crawl_delay_too_long, robots_unavailable, budget, trap"),
+    _f("robots_status", IntegerType(), True, "HTTP status of the cached robots.txt (null: unreachable)"),
+    _f("robots_fetched_at", TimestampType(), True, "when robots.txt was fetched"),
+    _f("robots_expires_at", TimestampType(), True, "after this robots.txt is fetched again"),
+    _f("crawl_delay_s", DoubleType(), True, "robots.txt Crawl-delay for our agent"),
+    _f("pages_fetched", LongType(), False, "pages fetched over the whole crawl (budget.max_pages_per_host)"),
+    _f("bytes_fetched", LongType(), False, "body bytes received over the whole crawl"),
+    _f("requests", LongType(), False, "requests sent over the whole crawl (robots.txt included)"),
+    _f("duplicate_pages", LongType(), False, "fetched pages found to be duplicates"),
+    _f("new_content_pages", LongType(), False, "fetched pages with content not seen before on the host"),
+    _f("updated_round", LongType(), False, "last round whose update touched the row"),
+    _f("sitemaps", ArrayType(StringType(), True), True, "Sitemap lines of robots.txt"),
+    _f("robots_body", BinaryType(), True, "cached robots.txt body (capped at robots.max_body_bytes)"),
+])
+
+FETCH_LOG = StructType([
+    _f("round", LongType(), False, "round of the fetch"),
+    _f("url_fp", LongType(), False, "key of the URL in crawldb"),
+    _f("host", StringType(), False, ""),
+    _f("outcome", StringType(), False, "crawl_udfs.rows.Outcome value"),
+    _f("status_code", IntegerType(), True, "HTTP status"),
+    _f("fetch_time", TimestampType(), True, "request start (null: not attempted)"),
+    _f("error_class", StringType(), True, ""),
+    _f("content_type", StringType(), True, ""),
+    _f("content_length", LongType(), True, "stored body bytes"),
+    _f("wire_bytes", LongType(), True, "body bytes on the wire"),
+    _f("truncated", StringType(), True, "WARC-Truncated reason"),
+    _f("digest", StringType(), True, "payload digest"),
+    _f("simhash", LongType(), True, ""),
+    _f("changed", BooleanType(), True, "content differs from the previous copy (null: unknown)"),
+    _f("t_first_byte_ms", DoubleType(), True, ""),
+    _f("t_total_ms", DoubleType(), True, ""),
+    _f("politeness_wait_ms", DoubleType(), True, "time the URL waited for its host"),
+    _f("n_outlinks", IntegerType(), True, ""),
+    _f("warc_offset", LongType(), True, ""),
+    _f("warc_length", LongType(), True, ""),
+    _f("ip", StringType(), True, ""),
+    _f("charset", StringType(), True, ""),
+    _f("redirect_to", StringType(), True, ""),
+    _f("warc_filename", StringType(), True, "file under storage.root/warc/"),
+    _f("warc_record_id", StringType(), True, ""),
+    _f("error_message", StringType(), True, ""),
+    _f("url", StringType(), False, ""),
+])
+
+LINKS = StructType([
+    _f("round", LongType(), False, ""),
+    _f("src_fp", LongType(), False, ""),
+    _f("dst_fp", LongType(), False, ""),
+    _f("kind", StringType(), False, "a, area, frame, iframe, canonical, redirect"),
+    _f("nofollow", BooleanType(), False, ""),
+    _f("dst_url", StringType(), False, ""),
+])
+
+ROUNDS = StructType([
+    _f("round", LongType(), False, "round number, from 1"),
+    _f("state", StringType(), False, "generated -> fetching -> fetched -> updated"),
+    _f("generated_at", TimestampType(), True, ""),
+    _f("fetch_started_at", TimestampType(), True, ""),
+    _f("fetched_at", TimestampType(), True, ""),
+    _f("updated_at", TimestampType(), True, ""),
+    _f("n_partitions", IntegerType(), True, "fetch partitions of the round"),
+    _f("counts", MapType(StringType(), LongType()), True, "declared counters (see jobs.report.COUNTERS)"),
+    _f("seconds", MapType(StringType(), DoubleType()), True, "time spent per verb"),
+])
+
+# Delta refuses NOT NULL inside arrays, so nested fields are nullable; writers fill them all.
+OUTLINK = StructType([
+    _f("url", StringType(), True, ""),
+    _f("url_fp", LongType(), True, ""),
+    _f("kind", StringType(), True, ""),
+    _f("nofollow", BooleanType(), True, ""),
+])
+
+#: The round's fetch list (segment), one row per URL to fetch; written by generate.
+FETCH_LIST = StructType([
+    _f("round", LongType(), False, ""),
+    _f("partition", IntegerType(), False, "fetch partition: pmod(xxhash64(ip or host), n)"),
+    _f("url_fp", LongType(), False, ""),
+    _f("host", StringType(), False, ""),
+    _f("depth", IntegerType(), False, ""),
+    _f("score", DoubleType(), False, ""),
+    _f("redirect_hops", IntegerType(), False, ""),
+    _f("etag", StringType(), True, ""),
+    _f("last_modified", StringType(), True, ""),
+    _f("prev_digest", StringType(), True, ""),
+    _f("prev_warc_record_id", StringType(), True, ""),
+    _f("prev_fetch_time", TimestampType(), True, ""),
+    _f("url", StringType(), False, ""),
+])
+
+#: The round's fetch output (segment): one "page" row per fetch-list URL and one
+#: "host" row per host, from the committed attempt of each task; written by fetch.
+FETCH_OUTPUT = StructType([
+    _f("round", LongType(), False, ""),
+    _f("partition", IntegerType(), False, ""),
+    _f("kind", StringType(), False, "page | host"),
+    _f("host", StringType(), False, ""),
+    _f("url_fp", LongType(), True, "page rows"),
+    _f("outcome", StringType(), True, ""),
+    _f("fetch_time", TimestampType(), True, ""),
+    _f("status_code", IntegerType(), True, ""),
+    _f("error_class", StringType(), True, ""),
+    _f("redirect_hops", IntegerType(), True, ""),
+    _f("retry_after_s", DoubleType(), True, ""),
+    _f("content_type", StringType(), True, ""),
+    _f("charset", StringType(), True, ""),
+    _f("content_length", LongType(), True, ""),
+    _f("wire_bytes", LongType(), True, ""),
+    _f("truncated", StringType(), True, ""),
+    _f("digest", StringType(), True, ""),
+    _f("simhash", LongType(), True, ""),
+    _f("noindex", BooleanType(), True, ""),
+    _f("nofollow", BooleanType(), True, ""),
+    _f("outlinks_filtered", IntegerType(), True, ""),
+    _f("warc_offset", LongType(), True, ""),
+    _f("warc_length", LongType(), True, ""),
+    _f("t_first_byte_ms", DoubleType(), True, ""),
+    _f("t_total_ms", DoubleType(), True, ""),
+    _f("politeness_wait_ms", DoubleType(), True, ""),
+    _f("ip", StringType(), True, "page and host rows"),
+    _f("etag", StringType(), True, ""),
+    _f("last_modified", StringType(), True, ""),
+    _f("redirect_to", StringType(), True, ""),
+    _f("canonical", StringType(), True, ""),
+    _f("title", StringType(), True, ""),
+    _f("warc_filename", StringType(), True, "final name under storage.root/warc/"),
+    _f("warc_staging", StringType(), True, "attempt directory the file waits in until promoted"),
+    _f("warc_record_id", StringType(), True, ""),
+    _f("error_message", StringType(), True, ""),
+    _f("url", StringType(), True, ""),
+    _f("outlinks", ArrayType(OUTLINK, True), True, ""),
+    # host rows
+    _f("robots_status", IntegerType(), True, ""),
+    _f("robots_fetched_at", TimestampType(), True, ""),
+    _f("robots_expires_at", TimestampType(), True, ""),
+    _f("crawl_delay_s", DoubleType(), True, ""),
+    _f("sitemaps", ArrayType(StringType(), True), True, ""),
+    _f("next_allowed_at", TimestampType(), True, ""),
+    _f("consecutive_failures", IntegerType(), True, ""),
+    _f("parked", BooleanType(), True, ""),
+    _f("park_reason", StringType(), True, ""),
+    _f("requests", LongType(), True, ""),
+    _f("robots_requests", LongType(), True, ""),
+    _f("bytes_received", LongType(), True, ""),
+    _f("robots_body", BinaryType(), True, ""),
+])
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    schema: StructType
+    partition_by: tuple[str, ...] = ()
+    properties: tuple[tuple[str, str], ...] = ()
+    comment: str = ""
+
+
+_COMMON = (("delta.enableDeletionVectors", "true"),)
+
+TABLES: dict[str, Table] = {t.name: t for t in (
+    Table("crawldb", CRAWLDB, properties=_COMMON + (("delta.enableChangeDataFeed", "true"),),
+          comment="one row per normalised URL: the frontier and what is known of each URL"),
+    Table("hosts", HOSTS, properties=_COMMON, comment="one row per host: robots cache, politeness, budgets"),
+    Table("fetch_log", FETCH_LOG, partition_by=("round",), properties=_COMMON,
+          comment="one row per fetch attempt: the crawl log"),
+    Table("links", LINKS, partition_by=("round",), properties=_COMMON, comment="one row per link edge"),
+    Table("rounds", ROUNDS, properties=_COMMON, comment="the round ledger"),
+    Table("fetch_list", FETCH_LIST, partition_by=("round",), properties=_COMMON,
+          comment="segment: the URLs each round fetches"),
+    Table("fetch_output", FETCH_OUTPUT, partition_by=("round",), properties=_COMMON,
+          comment="segment: what each round's fetch tasks returned"),
+)}

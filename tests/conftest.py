@@ -1,0 +1,38 @@
+"""Shared fixtures: one Spark session for the whole suite (STYLE.md rule 13)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from crawl_udfs import config
+    from jobs.session import build_session
+
+    conf = config.load(overrides=["spark.master=local[2]", "spark.shuffle_partitions=4", "spark.driver_memory=3g"])
+    session = build_session(conf, app_suffix="tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def crawl_conf(tmp_path):
+    """A config whose storage.root is a fresh temporary directory."""
+    from crawl_udfs import config
+    return config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"', "spark.master=local[2]",
+                                  "spark.shuffle_partitions=4"])
+
+
+def pytest_terminal_summary(terminalreporter):
+    from tests.summary import LINES
+    if LINES:
+        terminalreporter.section("measured by the tests")
+        for line in LINES:
+            terminalreporter.write_line(line)
