@@ -2,20 +2,22 @@
 
 Run from the repository root with the venv's python::
 
-    python -m bench.fetch_bench            # full run, a few minutes on 2 cores
-    python -m bench.fetch_bench --quick    # smaller, under a minute
+    python -m bench.fetch_bench            # full run, ~3 minutes on 2 idle cores
+    python -m bench.fetch_bench --quick    # smaller, under a minute on idle cores
     python -m bench.fetch_bench --profile  # also cProfile one crawler run of (b), print the top functions
 
 Every figure is a RATIO of two things measured side by side in one run, because
 absolute times drift on a shared machine. Each measured run is a fresh
-subprocess (``--worker SPEC``), so its peak RSS (``ru_maxrss``) is its own. The
-server is the project's local test web (``tests/testweb``), in its own process.
+subprocess (``--worker SPEC``), so its peak RSS is its own (VmHWM: Linux keeps
+``ru_maxrss`` across execve, so a child would inherit the parent's figure).
+The server is the project's local test web (``tests/testweb``, ordinary sites
+only), in its own process; it builds a host's pages on first use, so every
+scenario starts with an untimed warm-up request per host.
 
 (a) Politeness-bound. H ordinary sites, K known pages each (allowed by robots,
-    HTML, 200, taken from ``web.plan``), host delay d, everything else default.
-    The robots.txt fetch is a request like any other, so a host needs K+1
-    requests and K delays. A perfect scheduler with zero-length requests
-    finishes every host after K·d, so
+    HTML, 200, taken from ``web.plan``), host delay d. The robots.txt fetch is
+    a request like any other, so a host needs K+1 requests and K delays. A
+    perfect scheduler with zero-length requests finishes every host after K·d:
 
         ideal pages/s = H·K / (K·d) = H / d,        ratio = achieved / ideal
 
@@ -23,9 +25,11 @@ server is the project's local test web (``tests/testweb``), in its own process.
     call (client side, start-up and shut-down included). Each request also
     lasts at least the server's latency L, so no scheduler can reach 1.0; the
     table also gives the ratio against H·K / (K·d + (K+1)·L) and against the
-    span the server saw (first request start to last request end). The server's
-    request log is checked for politeness (``web.violations(host_delay_s=d)``).
-    Consecutive runs are spaced by d so that the log as a whole must be clean.
+    span the server saw (first request start to last request end). Three
+    variants run in turn (``A_VARIANTS``): the deployed defaults, the same with
+    ``politeness.response_time_factor=0`` (delay = d exactly), and the defaults
+    on a quarter of the hosts. The server's whole request log (warm-up and all
+    runs, spaced by d) is checked with ``web.violations(host_delay_s=d)``.
 
 (b) CPU-bound. H hosts, K pages each, host delay 0 and response-time factor 0
     (so the only limits are one request in flight per host, the per-IP cap and
@@ -34,10 +38,11 @@ server is the project's local test web (``tests/testweb``), in its own process.
     (robots.txt plus the K pages per host, one in flight per host, the same
     per-IP cap and global cap, names resolved from the same hosts file by a
     trivial aiohttp resolver, the whole body read, nothing parsed or written).
-    Run A B A B ... after one untimed warm-up of each (the server builds its
-    pages lazily); ratio = A pages/s / B pages/s, median and spread. CPU seconds
-    of the client and of the server process are given per page, to show which
-    side was the bottleneck.
+    Run A B A B ... after one untimed warm-up of each; ratio = A pages/s /
+    B pages/s, median and spread. CPU seconds of the client and of the server
+    process are given per page, to show which side was the bottleneck, and the
+    warm-up run of A carries in-situ timers (``_Timers``) that split A's CPU
+    per page into parse, SimHash, WARC, ... and the rest.
 """
 
 from __future__ import annotations
@@ -81,8 +86,8 @@ class Params:
 
 FULL = Params(seed=7, web_hosts=300, a_hosts=200, a_pages=5, a_delay_s=1.0, a_latency_s=0.02, a_runs=3,
               b_hosts=120, b_pages=30, b_latency_s=0.0, b_pairs=4)
-QUICK = Params(seed=7, web_hosts=180, a_hosts=100, a_pages=5, a_delay_s=0.5, a_latency_s=0.02, a_runs=1,
-               b_hosts=100, b_pages=8, b_latency_s=0.0, b_pairs=2)
+QUICK = Params(seed=7, web_hosts=180, a_hosts=60, a_pages=5, a_delay_s=1.0, a_latency_s=0.02, a_runs=1,
+               b_hosts=80, b_pages=8, b_latency_s=0.0, b_pairs=2)
 
 
 # ============================================================== worker (one measured run, own process)
@@ -120,7 +125,7 @@ def _read_hosts_file(path: str) -> dict[str, str]:
 
 
 class _Timers:
-    """In-situ timers around the engine's CPU-bound steps (a few hundred ns each; used on one untimed run).
+    """In-situ CPU timers around the engine's synchronous steps (~1 us each; used on one untimed run).
 
     Patched by name, so a renamed function is simply missing from the report.
     """
@@ -150,11 +155,11 @@ class _Timers:
 
             @functools.wraps(fn)
             def timed(*a, __fn=fn, __label=label, **kw):
-                t = time.perf_counter()
+                t = time.thread_time()  # CPU time: a busy machine's preemption does not count
                 try:
                     return __fn(*a, **kw)
                 finally:
-                    self.seconds[__label] = self.seconds.get(__label, 0.0) + time.perf_counter() - t
+                    self.seconds[__label] = self.seconds.get(__label, 0.0) + time.thread_time() - t
                     self.calls[__label] += 1
 
             setattr(owner, name, timed)
@@ -173,7 +178,9 @@ def _worker_crawler(spec: dict) -> dict:
 
     conf = config.load(overrides=spec["overrides"])
     items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in spec["urls"]]
-    prof = cProfile.Profile() if spec.get("profile") else None
+    # CPU time, not wall time: on a busy 2-core machine a send() that wakes the server would
+    # otherwise be charged for the time the server ran instead of us.
+    prof = cProfile.Profile(time.process_time) if spec.get("profile") else None
     timers = _Timers() if spec.get("components") else None
     if timers:
         timers.install()
@@ -276,7 +283,8 @@ class Runner:
         self.n += 1
         path = self.tmp / f"spec-{self.n:03d}.json"
         path.write_text(json.dumps(spec))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+        path_dirs = [str(REPO_ROOT), os.environ.get("PYTHONPATH")]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path_dirs)))
         s0 = _proc_cpu_s(server_pid)
         proc = subprocess.run([sys.executable, "-m", "bench.fetch_bench", "--worker", str(path)], cwd=REPO_ROOT,
                               env=env, capture_output=True, text=True, timeout=600)
@@ -301,7 +309,7 @@ def _proc_cpu_s(pid: int | None) -> float | None:
 
 
 def pick_urls(plan, n_hosts: int, k: int) -> list[str]:
-    """The first ``n_hosts`` ordinary sites with at least ``k`` allowed HTML 200 pages; their first ``k`` such pages."""
+    """The first ``n_hosts`` ordinary sites with ``k`` allowed HTML 200 pages: those pages' URLs, host by host."""
     from crawl_udfs.url_normalize import normalize
 
     urls: list[str] = []
@@ -327,9 +335,11 @@ def base_overrides(web) -> list[str]:
     return [f'net.hosts_file="{web.hosts_file}"', 'net.allow_private_cidrs=["127.10.0.0/16"]']
 
 
-#: (a) runs each variant in turn: the deployed defaults, and the same with the
-#: response-time-derived delay off, which isolates the scheduler and event loop.
-A_VARIANTS = (("defaults", []), ("rt_factor=0", ["politeness.response_time_factor=0.0"]))
+#: (a) runs each variant in turn: (name, share of the H hosts, extra overrides). The deployed
+#: defaults; the same with the response-time-derived delay off (isolates the scheduler and
+#: the event loop); and the defaults on a quarter of the hosts (a quarter of the CPU load).
+A_VARIANTS = (("defaults", 1.0, []), ("rt_factor=0", 1.0, ["politeness.response_time_factor=0.0"]),
+              ("defaults H/4", 0.25, []))
 
 
 def warm_up(runner: Runner, web, urls: list[str], conf, spacing_s: float) -> None:
@@ -357,22 +367,23 @@ def scenario_a(p: Params, tmp: Path, runner: Runner) -> dict:
         warm_up(runner, web, urls, conf, spacing)
         runs = []
         for r in range(p.a_runs):
-            for name, extra in A_VARIANTS:
+            for name, share, extra in A_VARIANTS:
                 if runs:
                     time.sleep(spacing)
+                n_hosts = max(1, round(H * share))
                 warc = tmp / f"warc-a-{len(runs)}"
-                out = runner.run({"mode": "crawler", "urls": urls, "overrides": base + extra, "warc_dir": str(warc)},
-                                 web.proc.pid)
+                out = runner.run({"mode": "crawler", "urls": urls[:n_hosts * K], "overrides": base + extra,
+                                  "warc_dir": str(warc)}, web.proc.pid)
                 shutil.rmtree(warc, ignore_errors=True)
-                out["variant"] = name
+                out["variant"], out["H"] = name, n_hosts
                 runs.append(out)
         time.sleep(0.3)  # let the server flush its last log lines
         log = web.log()
         violations = web.violations(host_delay_s=d)
     ua = conf.crawler.user_agent
-    ideal = H * K / (K * d)
-    ideal_lat = H * K / (K * d + (K + 1) * L)
     for out in runs:
+        ideal = out["H"] * K / (K * d)
+        ideal_lat = out["H"] * K / (K * d + (K + 1) * L)
         lines = [r for r in log if r["ua"] == ua and out["start"] <= r["start"] <= out["end"]]
         by_host: dict[str, list[dict]] = {}
         for r in lines:
@@ -388,7 +399,7 @@ def scenario_a(p: Params, tmp: Path, runner: Runner) -> dict:
         out["ratio"] = out["achieved_pps"] / ideal
         out["ratio_latency_aware"] = out["achieved_pps"] / ideal_lat
         out["ratio_server_span"] = (out["pages"] / out["server_span_s"]) / ideal if out["server_span_s"] else None
-    return {"H": H, "K": K, "d": d, "L": L, "ideal_pps": ideal, "ideal_latency_aware_pps": ideal_lat, "runs": runs,
+    return {"H": H, "K": K, "d": d, "L": L, "runs": runs,
             "response_time_factor": conf.politeness.response_time_factor,
             "violations": violations.counts(), "violations_clean": violations.clean,
             "violations_summary": violations.summary(), "min_slack_s": violations.min_slack_s}
@@ -426,16 +437,17 @@ def scenario_b(p: Params, tmp: Path, runner: Runner, profile: bool) -> dict:
         if profile:
             prof_path = tmp / "crawler.prof"
             a = crawler("profile", str(prof_path))
-            prof_text = f"profiled run (cProfile slows it down): {a['pages']} pages in {a['elapsed_s']:.2f}s\n" + \
-                profile_summary(prof_path)
+            prof_text = (f"profiled run (cProfile with a CPU-time timer; it slows the run down): "
+                         f"{a['pages']} pages in {a['elapsed_s']:.2f}s\n" + profile_summary(prof_path))
     for pair in pairs:
         for side in pair.values():
             side["pps"] = side["pages"] / side["elapsed_s"]
         pair["ratio"] = pair["A"]["pps"] / pair["B"]["pps"]
     ratios = [pair["ratio"] for pair in pairs]
     return {"H": H, "K": K, "latency_s": p.b_latency_s, "concurrency": bare_spec["concurrency"],
-            "ip_cap": bare_spec["ip_cap"], "pairs": pairs, "components_run": components, "median_ratio": statistics.median(ratios),
-            "min_ratio": min(ratios), "max_ratio": max(ratios), "profile": prof_text}
+            "ip_cap": bare_spec["ip_cap"], "pairs": pairs, "components_run": components,
+            "median_ratio": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios),
+            "profile": prof_text}
 
 
 # ============================================================== report
@@ -481,8 +493,10 @@ def _fmt(x, spec=".3f") -> str:
 
 
 def report(a: dict | None, b: dict | None, p: Params, args, total_s: float) -> str:
+    load = " -> ".join("/".join(f"{x:.1f}" for x in la) for la in (args.load_start, os.getloadavg()))
     lines = [f"fetch engine benchmark  ({'--quick' if args.quick else 'full'}; {os.cpu_count()} CPUs; "
-             f"python {sys.version.split()[0]}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; total {total_s:.0f}s)", ""]
+             f"python {sys.version.split()[0]}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; total {total_s:.0f}s; "
+             f"load average 1/5/15 min at start -> end: {load})", ""]
     if a is not None:
         lines += report_a(a)
     if b is not None:
@@ -490,34 +504,43 @@ def report(a: dict | None, b: dict | None, p: Params, args, total_s: float) -> s
     return "\n".join(lines)
 
 
+def _rss(run: dict) -> str:
+    return f"{run['maxrss_mib']:.1f} ({run['rss_before_mib']:.1f})"
+
+
+def _q(q: dict, keys: tuple[str, ...], spec: str, scale: float = 1.0) -> str:
+    return "/".join(_fmt(None if q[k] is None else q[k] * scale, spec) for k in keys)
+
+
 def report_a(a: dict) -> list[str]:
     med = statistics.median
-    lines: list[str] = []
     H, K, d, L = a["H"], a["K"], a["d"], a["L"]
-    lines += [
+    quarter = next((r["H"] for r in a["runs"] if r["variant"] == "defaults H/4"), "?")
+    cols = (("variant", 12), ("H", 3), ("pages", 5), ("reqs", 5), ("wall s", 6), ("pages/s", 7), ("ratio", 6),
+            ("vs L-aware", 10), ("vs srv span", 11), ("srv gap p50/p90/max s", 21), ("srv req p50/p90 ms", 18),
+            ("client 1st-byte p50/p90 ms", 26), ("host span p50/max s", 19), ("cpu s", 5),
+            ("peak RSS MiB (imports)", 22))
+    lines = [
         f"(a) politeness-bound: {H} hosts x {K} pages (+1 robots.txt each), politeness.host_delay_s={d}, "
-        f"server latency L={L}s; variants: 'defaults' (response_time_factor={a['response_time_factor']:g}) and "
-        f"'rt_factor=0', run alternately",
-        f"    ideal = H*K/(K*d) = {a['ideal_pps']:.1f} pages/s  (robots.txt counted as one of the host's requests: "
-        f"K+1 requests, K delays; requests take no time)",
-        f"    latency-aware ideal = H*K/(K*d + (K+1)*L) = {a['ideal_latency_aware_pps']:.1f} pages/s",
+        f"server latency L={L}s; variants run in turn: 'defaults' (response_time_factor="
+        f"{a['response_time_factor']:g}), 'rt_factor=0', and 'defaults H/4' ({quarter} of the hosts)",
+        f"    ideal = H*K/(K*d) = H/d pages/s ({H / d:.1f} for H={H})  (robots.txt counted as one of the host's "
+        f"requests: K+1 requests, K delays; requests take no time)",
+        f"    latency-aware ideal = H*K/(K*d + (K+1)*L) ({H * K / (K * d + (K + 1) * L):.1f} pages/s for H={H})",
         "    ratio = (pages OK / wall time of fetch_partition) / ideal; 'vs srv span' uses the span the server saw;",
         f"    gaps, request times and host spans (first request start to last end; ideal K*d+(K+1)*L = "
         f"{K * d + (K + 1) * L:.2f}s) are from the server's log",
-        f"    {'variant':>12} {'pages':>5} {'reqs':>5} {'wall s':>6} {'pages/s':>7} {'ratio':>6} {'vs L-aware':>10} "
-        f"{'vs srv span':>11} {'srv gap p50/p90/max s':>21} {'srv req p50/p90 ms':>18} {'client 1st-byte p50/p90 ms':>26} "
-        f"{'host span p50/max s':>19} {'cpu s':>5} {'peak RSS MiB':>12}",
+        "    " + " ".join(f"{name:>{w}}" for name, w in cols),
     ]
     for r in a["runs"]:
-        g, q, fb, hs = r["server_gap_s"], r["server_request_ms"], r["first_byte_ms"], r["server_host_span_s"]
-        lines.append(f"    {r['variant']:>12} {r['pages']:>5} {r['requests']:>5} {r['elapsed_s']:>6.2f} "
-                     f"{r['achieved_pps']:>7.1f} {r['ratio']:>6.3f} {r['ratio_latency_aware']:>10.3f} "
-                     f"{_fmt(r['ratio_server_span']):>11} "
-                     f"{_fmt(g['p50'], '.3f') + '/' + _fmt(g['p90'], '.3f') + '/' + _fmt(g['max'], '.2f'):>21} "
-                     f"{_fmt(q['p50'], '.1f') + '/' + _fmt(q['p90'], '.1f'):>18} "
-                     f"{_fmt(fb['p50'], '.1f') + '/' + _fmt(fb['p90'], '.1f'):>26} "
-                     f"{_fmt(hs['p50'], '.2f') + '/' + _fmt(hs['max'], '.2f'):>19} {r['cpu_s']:>5.2f} {r['maxrss_mib']:>12.1f}")
-    for name, _ in A_VARIANTS:
+        cells = (r["variant"], r["H"], r["pages"], r["requests"], f"{r['elapsed_s']:.2f}", f"{r['achieved_pps']:.1f}",
+                 f"{r['ratio']:.3f}", f"{r['ratio_latency_aware']:.3f}", _fmt(r["ratio_server_span"]),
+                 _q(r["server_gap_s"], ("p50", "p90", "max"), ".3f"),
+                 _q(r["server_request_ms"], ("p50", "p90"), ".1f"), _q(r["first_byte_ms"], ("p50", "p90"), ".1f"),
+                 _q(r["server_host_span_s"], ("p50", "max"), ".2f"), f"{r['cpu_s']:.2f}",
+                 _rss(r))
+        lines.append("    " + " ".join(f"{c:>{w}}" for c, (_, w) in zip(cells, cols)))
+    for name, *_ in A_VARIANTS:
         ratios = [r["ratio"] for r in a["runs"] if r["variant"] == name]
         lines.append(f"    {name:>12}: ratio achieved/ideal median {med(ratios):.3f} (min {min(ratios):.3f}, "
                      f"max {max(ratios):.3f}, {len(ratios)} runs); goal >= 0.95: "
@@ -536,9 +559,11 @@ def report_b(b: dict) -> list[str]:
         f"(b) CPU-bound: {b['H']} hosts x {b['K']} pages (+1 robots.txt each), host_delay_s=0, "
         f"response_time_factor=0, server latency {b['latency_s']}s; concurrency {b['concurrency']}, "
         f"per-IP cap {b['ip_cap']}, one in flight per host",
-        "    A = fetch_partition (robots+scheduler+fetch+parse+SimHash+WARC); B = bare aiohttp GET loop, same requests",
+        "    A = fetch_partition (robots+scheduler+fetch+parse+SimHash+WARC);"
+        " B = bare aiohttp GET loop, same requests",
         f"    {'pair':>4} {'A pages/s':>9} {'B pages/s':>9} {'A/B':>6} {'A cpu ms/pg':>11} {'B cpu ms/pg':>11} "
-        f"{'srv cpu ms/req A':>16} {'srv cpu ms/req B':>16} {'A RSS MiB':>9} {'B RSS MiB':>9}",
+        f"{'srv cpu ms/req A':>16} {'srv cpu ms/req B':>16} {'A peak RSS MiB (imports)':>24} "
+        f"{'B peak RSS MiB (imports)':>24}",
     ]
     for i, pair in enumerate(b["pairs"]):
         A, B = pair["A"], pair["B"]
@@ -546,11 +571,12 @@ def report_b(b: dict) -> list[str]:
         sb = B["server_cpu_s"] and B["server_cpu_s"] * 1000 / B["requests"]
         lines.append(f"    {i:>4} {A['pps']:>9.1f} {B['pps']:>9.1f} {pair['ratio']:>6.3f} "
                      f"{A['cpu_s'] * 1000 / A['pages']:>11.2f} {B['cpu_s'] * 1000 / B['pages']:>11.2f} "
-                     f"{_fmt(sa, '.2f'):>16} {_fmt(sb, '.2f'):>16} {A['maxrss_mib']:>9.1f} {B['maxrss_mib']:>9.1f}")
+                     f"{_fmt(sa, '.2f'):>16} {_fmt(sb, '.2f'):>16} {_rss(A):>24} {_rss(B):>24}")
     cpu_ratio = med([pair["B"]["cpu_s"] / pair["B"]["pages"] / (pair["A"]["cpu_s"] / pair["A"]["pages"])
                      for pair in b["pairs"]])
-    lines += [f"    ratio A/B pages/s: median {b['median_ratio']:.3f} (min {b['min_ratio']:.3f}, max {b['max_ratio']:.3f}, "
-              f"{len(b['pairs'])} pairs); goal >= 0.5: {'MET' if b['median_ratio'] >= 0.5 else 'MISSED'}",
+    lines += [f"    ratio A/B pages/s: median {b['median_ratio']:.3f} (min {b['min_ratio']:.3f}, "
+              f"max {b['max_ratio']:.3f}, {len(b['pairs'])} pairs); "
+              f"goal >= 0.5: {'MET' if b['median_ratio'] >= 0.5 else 'MISSED'}",
               f"    client CPU per page B/A (median): {cpu_ratio:.3f}",
               f"    A outcomes: {b['pairs'][0]['A']['outcomes']}"]
     comp = b.get("components_run")
@@ -560,10 +586,11 @@ def report_b(b: dict) -> list[str]:
         total_ms = comp["cpu_s"] * 1000 / n
         cs = comp["components_s"]
         lines += [f"    where A's client CPU goes (in-situ timers on the untimed warm-up run of A: {n} pages, "
-                  f"{total_ms:.2f} ms CPU/page; wall time inside each step, the process being single-threaded):"]
+                  f"{total_ms:.2f} ms CPU/page; thread CPU time inside each step):"]
         for label, *_ in _Timers.TARGETS:
             if label in cs:
-                lines.append(f"      {label:<40} {cs[label] * 1000 / n:>6.3f} ms/page  {100 * cs[label] / comp['cpu_s']:>4.0f}%")
+                share = 100 * cs[label] / comp["cpu_s"]
+                lines.append(f"      {label:<40} {cs[label] * 1000 / n:>6.3f} ms/page  {share:>4.0f}%")
         rest = total_ms - cs.get(_Timers.TARGETS[0][0], 0.0) * 1000 / n
         lines.append(f"      {'everything else (fetch, scheduler, loop)':<40} {rest:>6.3f} ms/page  "
                      f"{100 * rest / total_ms:>4.0f}%   (B, the whole bare loop: {bare_ms:.3f} ms/page)")
@@ -575,8 +602,9 @@ def report_b(b: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.fetch_bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smaller run (< 1 min)")
-    ap.add_argument("--profile", action="store_true", help="cProfile one crawler run of (b) and print its top functions")
+    ap.add_argument("--quick", action="store_true", help="smaller run (< 1 min on idle cores)")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile one crawler run of (b) and print its top functions")
     ap.add_argument("--json", type=Path, help="also write every raw figure to this file")
     ap.add_argument("--only", choices=("a", "b"), help="run only scenario (a) or (b)")
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it (server logs, specs)")
@@ -585,6 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker_main(args.worker)
     p = QUICK if args.quick else FULL
+    args.load_start = os.getloadavg()
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="fetch-bench-") as tmp_s:
         tmp = Path(tmp_s)

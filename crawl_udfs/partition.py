@@ -330,6 +330,15 @@ class _Task:
         run.result.bytes_received += resp.wire_bytes
         if resp.ip:
             run.result.ip = resp.ip
+        # Release the host the moment its response is in, before parsing and WARC
+        # writing, so that CPU work in this task never lengthens a politeness gap
+        # nor counts as the server's response time.
+        status = resp.status
+        retry_after = None
+        if status in (429, 503):
+            retry_after = _retry_after(_header(resp.headers, "retry-after"), self.clock.now())
+        self.sched.release(run.name, response_time_s=(resp.t_first_byte_ms or resp.t_total_ms or 0.0) / 1000.0,
+                           status=status, error=resp.error_class is not None, retry_after_s=retry_after)
         try:
             result = self._classify(item, resp)
         except Exception as e:  # a bug in parsing one page must not sink the task
@@ -338,9 +347,7 @@ class _Task:
                                  fetch_time=resp.started_at, status_code=resp.status, error_class="internal",
                                  error_message=f"{type(e).__name__}: {e}"[:500], redirect_hops=item.redirect_hops)
         result.politeness_wait_ms = waited
-        status = resp.status
-        self.sched.release(run.name, response_time_s=(resp.t_first_byte_ms or resp.t_total_ms or 0.0) / 1000.0,
-                           status=status, error=resp.error_class is not None, retry_after_s=result.retry_after_s)
+        result.retry_after_s = retry_after
         self.results[id(item)] = result
         if status is not None and status >= 400 and run.policy is not None:
             age = self.clock.now() - run.policy.fetched_at
@@ -350,7 +357,7 @@ class _Task:
     # -- results --------------------------------------------------------------------------
     def _classify(self, item: FetchItem, resp: FetchResponse) -> FetchResult:
         keep = self.conf.fetch.keep_headers
-        headers = {k.lower(): v for k, v in resp.headers if k.lower() in keep}
+        headers = {k.lower(): _clean(v) for k, v in resp.headers if k.lower() in keep}
         r = FetchResult(url=item.url, url_fp=item.url_fp, host=item.host, outcome=Outcome.ERROR.value,
                         fetch_time=resp.started_at, status_code=resp.status, ip=resp.ip,
                         redirect_hops=item.redirect_hops, headers=headers,
@@ -382,8 +389,6 @@ class _Task:
         self._point(r, ptr)
         r.digest = digest
         r.content_length = len(resp.body)
-        if status in (429, 503):
-            r.retry_after_s = _retry_after(headers.get("retry-after"), self.clock.now())
         if 300 <= status < 400:
             location = _header(resp.headers, "location")
             target = self.normalizer.normalize(location, item.url) if location else None
@@ -457,6 +462,11 @@ class _Task:
         r.parked, r.park_reason = state.parked, state.park_reason
         r.ip = r.ip or state.ip
         return r
+
+
+def _clean(value: str) -> str:
+    """Header text safe for Arrow/Parquet: undecodable bytes (kept as surrogates) become U+FFFD."""
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:

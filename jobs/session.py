@@ -48,6 +48,9 @@ def build_session(conf: Config, *, app_suffix: str = ""):
     )
     if "spark.master" not in _submitted_conf():
         builder = builder.master(conf.spark.master).config("spark.driver.memory", conf.spark.driver_memory)
+        if conf.spark.master.startswith("local"):
+            # Delta reads its log with 50 tasks by default: pure overhead on a laptop.
+            builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
     for pair in conf.spark.extra:
         key, sep, value = pair.partition("=")
         if not sep:

@@ -6,7 +6,10 @@ Definitions (so that expectations are exact):
   request to a host has no gap. robots.txt requests count like any other; bait
   hits are not requests to a host.
 - *required delay* of a host = max(``host_delay_s``, its robots Crawl-delay); a
-  request whose gap is below it is *too close*.
+  request whose gap is below it by more than ``tolerance_s`` (default 5 ms) is
+  *too close*. The tolerance is measurement slack, not leniency: the server
+  stamps ``end`` after its last write returns, which was measured up to ~3 ms
+  after the client had the whole response and released the host.
 - *in flight* = the most requests whose [start, end] intervals overlap at one
   instant (one ending exactly when another starts does not overlap), per host
   name and per local address.
@@ -107,7 +110,7 @@ class Violations:
 
 
 def analyze(lines: list[dict], host_delay_s: float = 1.0, crawl_delays: Mapping[str, float] | None = None,
-            trap_hosts: Iterable[str] | None = None) -> Violations:
+            trap_hosts: Iterable[str] | None = None, tolerance_s: float = 0.005) -> Violations:
     """Compute :class:`Violations` from log lines (``crawl_delays``: host -> robots Crawl-delay)."""
     crawl_delays = crawl_delays or {}
     traps = set(trap_hosts) if trap_hosts is not None else {r["host"] for r in lines if r.get("kind") == "trap"}
@@ -137,7 +140,7 @@ def analyze(lines: list[dict], host_delay_s: float = 1.0, crawl_delays: Mapping[
             v.min_slack_s = slack if v.min_slack_s is None else min(v.min_slack_s, slack)
             if gap < 0:
                 v.overlapping.append(r)
-            if gap < required:
+            if gap < required - tolerance_s:
                 v.too_close.append({**r, "gap_s": gap, "required_s": required})
     for addr, rs in sorted(by_addr.items()):
         v.max_in_flight_by_addr[addr] = max_in_flight(rs)

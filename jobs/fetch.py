@@ -1,0 +1,300 @@
+"""``deltacrawl fetch``: run round N's fetch list through ``fetch_partition``, one Spark task per partition.
+
+Guarantees:
+
+- **Written once.** The fetch is a side effect on the web, so its lineage is
+  evaluated by exactly one action: the Delta write of round N's rows of
+  ``fetch_output`` (``replaceWhere round = N``). No count, collect or cache
+  touches it; counts are read back from the committed table. (FIELD-NOTES:
+  every action recomputes an unmaterialised lineage.)
+- **Idempotent per round** (ledger): ``fetched``/``updated`` rounds are skipped;
+  when ``fetch_output`` already holds round N (a run committed and died before
+  the ledger) nothing is fetched again, the WARC files are promoted and the
+  ledger closed. A round found in state ``fetching`` is a resume after a crash:
+  every task runs with ``retried=True``, waiting one host delay before its
+  first request to each host, so the hosts the dead run was fetching get no
+  burst. A task retried by Spark (``attemptNumber() > 0``) does the same.
+- **One host, one task.** The input is the round's fetch list plus the
+  ``hosts`` rows of its hosts, repartitioned by the fetch-list ``partition``
+  column into ``n_partitions`` tasks, so a task sees all rows of its hosts
+  before it starts (the politeness loop wants every host up front) and task
+  ``p`` fetches exactly fetch partition ``p`` (see :func:`partition_keys`).
+- **Only committed WARC files survive** (:mod:`jobs.warc_staging`): tasks stage
+  their files per attempt; the driver promotes those the committed rows name.
+
+Layers: :func:`fetch_input` is the pure DataFrame transform; :class:`FetchTask`
+is the function shipped to the tasks (plain Python + Arrow, no session);
+:func:`run` does the I/O and the ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from functools import partial
+from typing import Any, Iterable, Iterator
+
+from crawl_udfs.config import Config, ConfigError
+from crawl_udfs.partition import fetch_partition
+from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
+from jobs import common, ledger, warc_staging
+from schemas.tables import FETCH_OUTPUT
+
+#: Columns of the one input DataFrame: ``kind`` = "item" (a fetch-list row) or "host" (a hosts row).
+ITEM_COLUMNS = ("url", "url_fp", "depth", "score", "redirect_hops", "etag", "last_modified", "prev_digest",
+                "prev_warc_record_id", "prev_fetch_time")
+HOST_COLUMNS = ("robots_status", "robots_body", "robots_fetched_at", "robots_expires_at", "next_allowed_at",
+                "consecutive_failures", "ip")
+_EPOCH_COLUMNS = ("prev_fetch_time", "robots_fetched_at", "robots_expires_at", "next_allowed_at")
+
+
+# -- the pure transform ---------------------------------------------------------------------------
+def partition_keys(spark, n: int):
+    """(partition, _key) with ``pmod(hash(_key), n) == partition`` for every partition in [0, n).
+
+    ``repartition(n, col)`` places a row in ``pmod(murmur3(col), n)``; by the partition
+    value itself, distinct fetch partitions collide (8 into 8 leaves ~3 tasks idle on
+    average) and the task id differs from the fetch partition. Repartitioning by a key
+    whose hash lands on the partition's own index gives one fetch partition per task, and
+    ``TaskContext.partitionId() == partition``. Spark's ``hash()`` is the Murmur3 (seed 42)
+    that ``HashPartitioning`` uses, so Spark itself finds the keys.
+    """
+    from pyspark.sql import functions as F
+
+    k = F.col("id").cast("int")
+    return (spark.range(0, 64 * max(n, 1)).select(k.alias("_key"), F.pmod(F.hash(k), F.lit(n)).alias("partition"))
+            .groupBy("partition").agg(F.min("_key").alias("_key")))
+
+
+def fetch_input(fetch_list, hosts, n_partitions: int):
+    """The round's fetch-list rows (kind "item") and their hosts' rows (kind "host", with the
+    partition of their URLs), one task per fetch partition. Timestamps become epoch seconds."""
+    from pyspark.sql import functions as F
+
+    def epoch(c):
+        return (F.unix_micros(F.col(c)) / F.lit(1e6)).alias(c)
+
+    item_cols = [epoch(c) if c in _EPOCH_COLUMNS else F.col(c) for c in ITEM_COLUMNS]
+    host_types = dict((f.name, f.dataType) for f in hosts.schema.fields)
+    items = fetch_list.select(
+        F.lit("item").alias("kind"), F.col("partition").cast("int").alias("partition"), "host", *item_cols,
+        *[F.lit(None).cast("double" if c in _EPOCH_COLUMNS else host_types[c]).alias(c) for c in HOST_COLUMNS])
+    item_types = dict((f.name, f.dataType) for f in items.schema.fields)
+    host_part = fetch_list.select("host", F.col("partition").cast("int").alias("partition")).distinct()
+    host_rows = hosts.join(host_part, "host").select(
+        F.lit("host").alias("kind"), "partition", "host",
+        *[F.lit(None).cast(item_types[c]).alias(c) for c in ITEM_COLUMNS],
+        *[epoch(c) if c in _EPOCH_COLUMNS else F.col(c) for c in HOST_COLUMNS])
+    keys = F.broadcast(partition_keys(fetch_list.sparkSession, n_partitions))
+    both = items.unionByName(host_rows).join(keys, "partition", "left")
+    return both.repartition(n_partitions, F.coalesce("_key", "partition")).drop("_key")
+
+
+# -- inside the task ------------------------------------------------------------------------------
+class FetchTask:
+    """The function ``mapInArrow`` runs: all input batches first, then ``fetch_partition``, then rows.
+
+    Pickles by reference to this class plus its plain fields; everything else (event
+    loop, HTTP session, WARC writer, temp dir) is built inside :meth:`run` and closed there.
+    """
+
+    def __init__(self, conf: Config, round_no: int, warc_root: str, *, retried: bool = False):
+        self.conf, self.round_no, self.warc_root, self.retried = conf, round_no, warc_root, retried
+
+    def __call__(self, batches: Iterator) -> Iterator:
+        from pyspark import TaskContext
+        yield from self.run(batches, TaskContext.get())
+
+    def run(self, batches: Iterable, ctx) -> Iterator:
+        """``batches``: pyarrow RecordBatches of :func:`fetch_input` rows; ``ctx``: a TaskContext (or alike)."""
+        items, hosts, part_of = read_batches(batches)
+        if not items:
+            return
+        pid, attempt = ctx.partitionId(), ctx.attemptNumber()
+        tmp = tempfile.mkdtemp(prefix=f"deltacrawl-fetch-r{self.round_no}-p{pid}-a{attempt}-")
+        try:
+            results = list(fetch_partition(
+                items, self.conf, hosts=hosts, warc_dir=tmp,
+                warc_name=partial(warc_staging.warc_name, self.conf.warc.prefix, self.round_no, pid),
+                retried=self.retried or attempt > 0))
+            staging = warc_staging.attempt_dir(self.warc_root, self.round_no, ctx.stageId(), pid, attempt)
+            files = sorted(os.path.join(tmp, f) for f in os.listdir(tmp))
+            if files:
+                warc_staging.upload(files, staging)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        step = self.conf.fetch.arrow_batch_rows
+        for i in range(0, len(results), step):
+            yield output_batch(results[i:i + step], self.round_no, part_of, staging)
+
+
+def read_batches(batches: Iterable) -> tuple[list[FetchItem], list[HostState], dict[str, int]]:
+    """FetchItems, HostStates and host -> partition from Arrow batches of :func:`fetch_input` rows."""
+    items, hosts, part_of = [], [], {}
+    for batch in batches:
+        for row in batch.to_pylist():
+            part_of[row["host"]] = row["partition"]
+            if row["kind"] == "item":
+                items.append(FetchItem(host=row["host"], **{c: row[c] for c in ITEM_COLUMNS}))
+            else:
+                hosts.append(HostState(host=row["host"], **{c: row[c] for c in HOST_COLUMNS}))
+    return items, hosts, part_of
+
+
+def _micros(t: float | None) -> int | None:
+    return None if t is None else round(t * 1e6)
+
+
+_TIMESTAMPS = frozenset(f.name for f in FETCH_OUTPUT.fields if f.dataType.typeName() == "timestamp")
+_ARROW_SCHEMA = None
+
+
+def arrow_schema():
+    global _ARROW_SCHEMA
+    if _ARROW_SCHEMA is None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        _ARROW_SCHEMA = to_arrow_schema(FETCH_OUTPUT)
+    return _ARROW_SCHEMA
+
+
+def output_columns(results: Iterable[FetchResult | HostResult], round_no: int, part_of: dict[str, int],
+                   staging: str | None) -> dict[str, list]:
+    """FETCH_OUTPUT columns (timestamps as epoch microseconds) from task results."""
+    cols: dict[str, list] = {f.name: [] for f in FETCH_OUTPUT.fields}
+    for r in results:
+        page = isinstance(r, FetchResult)
+        values: dict[str, Any] = {"round": round_no, "partition": part_of[r.host], "kind": "page" if page else "host"}
+        for name, col in cols.items():
+            if name in values:
+                v = values[name]
+            elif name == "outlinks":
+                v = [{"url": o.url, "url_fp": o.url_fp, "kind": o.kind, "nofollow": o.nofollow}
+                     for o in r.outlinks] if page else None
+            elif name == "warc_staging":
+                v = staging if page and r.warc_filename else None
+            else:
+                v = getattr(r, name, None)
+                if name in _TIMESTAMPS:
+                    v = _micros(v)
+            col.append(v)
+    return cols
+
+
+def output_batch(results, round_no: int, part_of: dict[str, int], staging: str | None):
+    import pyarrow as pa
+
+    schema = arrow_schema()
+    cols = output_columns(results, round_no, part_of, staging)
+    return pa.RecordBatch.from_arrays([pa.array(cols[f.name], type=f.type) for f in schema], schema=schema)
+
+
+# -- the job --------------------------------------------------------------------------------------
+def round_counts(spark, conf: Config, round_no: int) -> dict[str, int]:
+    """The round's declared counters, from its committed ``fetch_output`` rows (one small query)."""
+    from pyspark.sql import functions as F
+
+    out = common.read(spark, conf, "fetch_output").where(F.col("round") == round_no)
+    page, host = F.col("kind") == "page", F.col("kind") == "host"
+
+    def total(cond, value=F.lit(1)):
+        return F.coalesce(F.sum(F.when(cond, value)), F.lit(0)).cast("long")
+
+    aggs = [total(page & (F.col("outcome") == o.value)).alias(f"fetched_{o.value}") for o in Outcome]
+    aggs += [total(page).alias("pages"), total(host).alias("hosts"),
+             total(host, F.col("requests")).alias("requests"),
+             total(host, F.col("robots_requests")).alias("robots_requests"),
+             total(host, F.col("bytes_received")).alias("bytes"),
+             total(page, F.col("politeness_wait_ms")).alias("politeness_wait_ms")]
+    counts = {k: int(v) for k, v in out.agg(*aggs).collect()[0].asDict().items()}
+    counts["pages_ok"] = counts[f"fetched_{Outcome.OK.value}"]
+    counts["not_attempted"] = counts[f"fetched_{Outcome.NOT_ATTEMPTED.value}"]
+    return counts
+
+
+def _promote(spark, conf: Config, round_no: int) -> dict[str, int]:
+    """Move the WARC files the committed rows of round N point to into place; drop the rest."""
+    pairs = (common.read(spark, conf, "fetch_output")
+             .where(f"round = {round_no} AND kind = 'page' AND warc_filename IS NOT NULL")
+             .select("warc_staging", "warc_filename").distinct().collect())
+    return warc_staging.promote(common.warc_root(conf), round_no, [(r[0], r[1]) for r in pairs])
+
+
+def run(spark, conf: Config, *, round_no: int | None = None) -> dict:
+    """Fetch round ``round_no`` (default: the last in the ledger) when it is ``generated`` or ``fetching``.
+
+    A round already ``fetched``/``updated`` is left alone: its counts come back with
+    ``skipped=True``. A round found ``fetching`` is a resume after a crash: every task
+    gets ``retried=True`` (one host delay before the first request to each host).
+    """
+    with common.Timer() as timer:
+        row = ledger.get_round(spark, conf, round_no) if round_no is not None else ledger.last_round(spark, conf)
+        if row is None:
+            which = "no round" if round_no is None else f"no round {round_no}"
+            raise ConfigError(f"{which} in the ledger: run generate first")
+        n, state = int(row["round"]), row["state"]
+        if ledger.rank(state) >= ledger.rank("fetched"):
+            return {"round": n, "state": state, "skipped": True, **(row.get("counts") or {})}
+        if state not in ("generated", "fetching"):
+            raise ValueError(f"round {n} is in state {state!r}; fetch needs generated or fetching")
+        committed = common.read(spark, conf, "fetch_output").where(f"round = {n}").limit(1).count() > 0
+        resumed = state == "fetching"
+        if not committed:
+            if not resumed:
+                ledger.set_state(spark, conf, n, "fetching")
+            _fetch(spark, conf, n, int(row["n_partitions"] or 1), retried=resumed)
+        warc = _promote(spark, conf, n)
+        counts = round_counts(spark, conf, n)
+    seconds = {"fetch": timer.seconds}
+    ledger.set_state(spark, conf, n, "fetched", counts=counts, seconds=seconds)
+    return {"round": n, "state": "fetched", "skipped": False, "resumed": resumed, "refetched": not committed,
+            **counts, "warc": warc, "seconds": seconds}
+
+
+def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> None:
+    """The one action over the fetch lineage: write round N of fetch_output."""
+    from pyspark.sql import functions as F
+
+    fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
+    hosts = common.read(spark, conf, "hosts")
+    task = FetchTask(conf, n, common.warc_root(conf), retried=retried)
+    out = fetch_input(fetch_list, hosts, n_partitions).mapInArrow(task, FETCH_OUTPUT)
+    key, old = "spark.sql.execution.arrow.maxRecordsPerBatch", spark.conf.get(
+        "spark.sql.execution.arrow.maxRecordsPerBatch", None)
+    spark.conf.set(key, str(conf.fetch.arrow_batch_rows))
+    try:
+        (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
+         .save(common.table_path(conf, "fetch_output")))
+    finally:
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from crawl_udfs import config
+    from jobs.session import build_session
+
+    p = argparse.ArgumentParser(prog="deltacrawl-fetch", description="Fetch a generated round.")
+    p.add_argument("--conf", action="append", default=[], help="TOML overlay (repeatable)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
+    p.add_argument("--round", type=int, default=None, help="round number (default: the last in the ledger)")
+    args = p.parse_args(argv)
+    try:
+        conf = config.load(args.conf, args.set)
+        spark = build_session(conf, app_suffix="fetch")
+        common.register_tables(spark, conf)
+        result = run(spark, conf, round_no=args.round)
+    except ConfigError as e:
+        print(f"deltacrawl fetch: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""generate: pick round N's fetch list from the crawl DB (ARCHITECTURE.md "The round", step 1).
+
+A URL is generated when it is *due* (status in ``schemas.status.ELIGIBLE`` and
+``next_fetch_time <= now``), its host is not parked (``hosts.parked_until`` null
+or past) and its host has budget left (``hosts.pages_fetched <
+budget.max_pages_per_host``; URLs of an exhausted host are simply skipped —
+``update`` marks them). Among those, best first by ``score`` desc, then
+``next_fetch_time`` asc, then ``url_fp`` (a total order, so the list is
+deterministic): at most ``max_per_host`` per host and never more than the host's
+remaining budget, then at most ``top_n`` in all, ``discovery_share`` of it kept
+for never-fetched URLs (status unfetched) and the rest for re-crawl; places one
+side cannot fill go to the other. Each host, or each group of hosts sharing a
+last-known IP, gets one fetch partition: ``pmod(xxhash64(coalesce(ip, host)), n)``,
+a pure column (no DNS; STYLE.md rule 4).
+
+Round logic (the ledger, ``jobs.ledger``): a new round N = last + 1 is opened only
+when the last round is ``updated`` (or there is none); otherwise the unfinished
+round's number is returned and nothing is written. The list is written with a
+``replaceWhere round = N`` overwrite, then the ledger says ``generated``: a crash
+in between leaves the ledger at N-1 ``updated``, and the rerun overwrites round
+N's rows. When nothing is due no round is opened.
+
+What it scans, and why. The crawl DB is read once, for the ~15 columns the list
+needs (Parquet is columnar: the long ``url`` is the only wide one read). The
+filter ``status IN (…) AND next_fetch_time <= now`` is pushed into the Delta scan,
+where the per-file min/max statistics (collected on the first 32 columns;
+``status`` and ``next_fetch_time`` are the 3rd and 4th) skip every file whose
+earliest ``next_fetch_time`` is after ``now``. That skipping only pays when files
+are clustered by time — new URLs are appended with ``next_fetch_time = now`` and
+so come clustered already, and ``OPTIMIZE … ZORDER BY (next_fetch_time)`` (or
+liquid clustering on it) keeps re-crawled rows so; without it every file holds a
+few due URLs and the scan is whole-table, though still column-pruned. After the
+filter, work grows with the *due* URLs, not the crawl DB: the ``hosts`` table
+(one row per host, four columns) is joined in; the per-host cap is a
+``row_number() <= k`` window that Spark turns into a map-side per-host top-k
+(``WindowGroupLimit``, for k up to ``spark.sql.optimizer.windowGroupLimitThreshold``,
+1000 by default) before the shuffle; the per-side cap is a distributed top-k
+(``orderBy().limit(top_n)``: each task keeps its best top_n); only the
+<= 2 x top_n survivors are ranked for the shares. ``run`` caches the <= top_n
+selected rows, counts them once and writes them from the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from crawl_udfs.config import Config, ConfigError
+from jobs import common, ledger
+from schemas.status import ELIGIBLE, Status
+from schemas.tables import FETCH_LIST, TABLES
+
+#: Columns of the list (FETCH_LIST without ``round``) and the ``discovery`` flag ``run`` counts.
+LIST_COLUMNS = tuple(f.name for f in FETCH_LIST.fields if f.name != "round")
+
+
+def max_urls_per_host(conf: Config) -> int:
+    """``generate.max_urls_per_host``, or when 0, floor(task budget / host delay): no queue outlasts a task."""
+    configured = conf.generate.max_urls_per_host
+    if configured < 0:
+        raise ConfigError(f"generate.max_urls_per_host must be >= 0, got {configured}")
+    if configured:
+        return configured
+    return max(1, math.floor(conf.fetch.task_budget_s / max(conf.politeness.host_delay_s, 0.001)))
+
+
+def fetch_partitions(spark, conf: Config) -> int:
+    """``generate.fetch_partitions``, or when 0, Spark's defaultParallelism."""
+    n = conf.generate.fetch_partitions
+    if n < 0:
+        raise ConfigError(f"generate.fetch_partitions must be >= 0, got {n}")
+    return n or max(1, spark.sparkContext.defaultParallelism)
+
+
+def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_share: float,
+               n_partitions: int, max_pages_per_host: int):
+    """The fetch list (FETCH_LIST columns without ``round``, plus a boolean ``discovery``) of ``crawldb`` at ``now``.
+
+    ``crawldb`` and ``hosts`` are DataFrames with the CRAWLDB and HOSTS columns
+    (only those read here are needed); ``now`` a naive UTC datetime.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if not 0.0 <= discovery_share <= 1.0:
+        raise ConfigError(f"generate.discovery_share must be within 0..1, got {discovery_share}")
+    if n_partitions < 1:
+        raise ValueError(f"n_partitions must be >= 1, got {n_partitions}")
+    top_n, max_per_host = int(top_n), int(max_per_host)
+    order = (F.col("score").desc(), F.col("next_fetch_time").asc(), F.col("url_fp").asc())
+    now_lit = F.lit(now).cast("timestamp")
+
+    due = (crawldb
+           .where(F.col("status").isin([s.value for s in ELIGIBLE]) & (F.col("next_fetch_time") <= now_lit))
+           .select("url_fp", "host", "status", "next_fetch_time", "score", "depth", "redirect_hops", "etag",
+                   "last_modified", F.col("digest").alias("prev_digest"),
+                   F.col("warc_record_id").alias("prev_warc_record_id"),
+                   F.col("warc_fetch_time").alias("prev_fetch_time"), "url"))
+    host_info = hosts.select("host", "ip", "parked_until", "pages_fetched")
+    remaining = F.lit(int(max_pages_per_host)) - F.coalesce(F.col("pages_fetched"), F.lit(0))
+    allowed = (due.join(host_info, "host", "left")
+               .where(F.col("parked_until").isNull() | (F.col("parked_until") <= now_lit))
+               .withColumn("remaining", remaining)
+               .where(F.col("remaining") > 0))
+
+    # Per-host cap. The literal bound lets Spark insert a map-side per-host top-k.
+    per_host = (allowed.withColumn("host_rank", F.row_number().over(Window.partitionBy("host").orderBy(*order)))
+                .where(F.col("host_rank") <= F.lit(max_per_host))
+                .where(F.col("host_rank") <= F.col("remaining"))
+                .withColumn("discovery", F.col("status") == F.lit(Status.UNFETCHED.value)))
+
+    # Best top_n of each side (distributed top-k), then shares with spill-over:
+    # the places within a side's share come first (tier 0), then the best of
+    # what either side has left over (tier 1), top_n in all. A side short of its
+    # share has nothing left over, so the other side fills its places.
+    discovery_quota = math.floor(top_n * discovery_share)
+    recrawl_quota = top_n - discovery_quota
+    side = [per_host.where(F.col("discovery")).orderBy(*order).limit(top_n),
+            per_host.where(~F.col("discovery")).orderBy(*order).limit(top_n)]
+    candidates = side[0].unionByName(side[1])
+    side_rank = F.row_number().over(Window.partitionBy("discovery").orderBy(*order))
+    quota = F.when(F.col("discovery"), F.lit(discovery_quota)).otherwise(F.lit(recrawl_quota))
+    chosen = (candidates.withColumn("tier", (side_rank > quota).cast("int"))
+              .orderBy(F.col("tier").asc(), *order).limit(top_n))
+
+    partition = F.pmod(F.xxhash64(F.coalesce(F.col("ip"), F.col("host"))), F.lit(n_partitions)).cast("int")
+    return chosen.withColumn("partition", partition).select(*LIST_COLUMNS, "discovery")
+
+
+def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
+    """Open round N and write its fetch list, or report the unfinished round. Returns the counts."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    with common.Timer() as timer:
+        last = ledger.last_round(spark, conf)
+        if last is not None and last["state"] != "updated":
+            counts = last.get("counts") or {}
+            return {"round": last["round"], "resumed": True, "state": last["state"],
+                    "generated": counts.get("generated", 0)}
+        crawldb, hosts = common.read(spark, conf, "crawldb"), common.read(spark, conf, "hosts")
+        common.read(spark, conf, "fetch_list")  # fail early, with the one-line error, if it is missing
+        n = (last["round"] if last else 0) + 1
+        n_partitions = fetch_partitions(spark, conf)
+        now = now or common.now_utc()
+        selected = select_due(crawldb, hosts, now=now, max_per_host=max_urls_per_host(conf),
+                              top_n=conf.generate.top_n, discovery_share=conf.generate.discovery_share,
+                              n_partitions=n_partitions,
+                              max_pages_per_host=conf.budget.max_pages_per_host).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            row = selected.agg(F.count(F.lit(1)).alias("n"),
+                               F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),
+                               F.countDistinct("host").alias("h")).collect()[0]
+            if row.n == 0:
+                return {"round": None, "generated": 0}
+            out = common.conform(selected.withColumn("round", F.lit(n)), TABLES["fetch_list"])
+            (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
+             .save(common.table_path(conf, "fetch_list")))
+        finally:
+            selected.unpersist()
+    counts = {"generated": row.n, "generated_discovery": row.d, "generated_recrawl": row.n - row.d,
+              "generated_hosts": row.h}
+    ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds},
+                     n_partitions=n_partitions)
+    return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from crawl_udfs import config
+    from jobs.session import build_session
+
+    p = argparse.ArgumentParser(prog="deltacrawl-generate", description="Write the next round's fetch list.")
+    p.add_argument("--conf", action="append", default=[], help="TOML overlay (repeatable)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
+    args = p.parse_args(argv)
+    try:
+        conf = config.load(args.conf, args.set)
+        result = run(build_session(conf, app_suffix="generate"), conf)
+    except ConfigError as e:
+        print(f"deltacrawl generate: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""``deltacrawl update``: merge one fetched round into ``crawldb`` and ``hosts``, append its log.
+
+Only this verb changes ``crawldb`` (besides inject's insert-if-absent), and only
+by MERGE. Round N is updated when the ledger says ``fetched``; ``updated``
+returns ``{"skipped": True}``; ``generated``/``fetching`` is refused.
+
+Inputs: round N's ``fetch_output`` (one ``page`` row per fetch-list URL, one
+``host`` row per host) and ``fetch_list`` (the parents' depth, score, hops).
+Transforms: ``jobs/update_transforms.py``. Outputs, in this order:
+
+1. ONE MERGE into ``crawldb`` on ``url_fp``; source = updated rows ∪ new URLs ∪
+   budget rows, one row per url_fp (updated > new > budget), flag ``_kind``:
+   whenMatched(``_kind`` in update/budget AND ``t.updated_round < N``) → update
+   all; whenNotMatched(``_kind`` in update/new) → insert.
+2. MERGE into ``hosts`` on ``host``, guarded by ``t.updated_round < N``.
+3. Appends to ``fetch_log`` and ``links`` with ``txnAppId = deltacrawl-update-<table>``,
+   ``txnVersion = N``: a rerun of round N appends nothing.
+4. Ledger N ``updated`` with the counts of :data:`COUNTS` and ``seconds.update``.
+
+State-transition table (one row per page row; base = fetch_time, or the
+update's ``now`` when the URL was not fetched; intervals are [schedule] keys).
+Every row gets ``updated_round = N``, ``error_class`` = the page row's,
+``http_status`` = its status code, ``last_fetch_time`` = its fetch_time (when
+attempted). "+1 fetch" = ``fetch_count + 1`` when there was a response.
+
+==========================================  ================  ===========  ==================================================
+outcome / status code                       new status        retries      next_fetch_time; what else changes
+==========================================  ================  ===========  ==================================================
+ok (2xx), digest new to the crawl            fetched           0            base + default_interval_s; +1 fetch; digest, simhash,
+                                                                            content_type, etag, last_modified, warc_record_id,
+                                                                            warc_fetch_time := this copy; redirect_to, dup_of := null;
+                                                                            digest ≠ previous → change_count+1, last_change_time;
+                                                                            = previous → unchanged_count+1; no previous → neither
+ok, digest = another URL's stored copy       duplicate         0            base + duplicate_interval_s; as ok; dup_of = original
+not_modified (304)                           not_modified      0            base + default_interval_s; +1 fetch; unchanged_count+1;
+                                             (duplicate, as ok)             keeps digest, simhash, content_type, warc_record_id,
+                                                                            warc_fetch_time (the stored copy); etag/last_modified
+                                                                            replaced only when the 304 sends new ones
+redirect 301, 308                            redirect_perm     0            base + redirect_perm_interval_s; +1 fetch; redirect_to;
+                                                                            target inserted (parent's depth, redirect_hops + 1)
+redirect 302, 303, 307 (any other 3xx)       redirect_temp     0            base + default_interval_s; as above
+redirect without a usable target (fetch's   error_final       retries+1    base + gone_interval_s; +1 fetch; redirect_to kept;
+error_class: bad_redirect, redirect_loop,                                   nothing inserted
+too_many_redirects, redirect_filtered:…)
+http_error 404, 410                          gone              0            base + gone_interval_s; +1 fetch
+http_error 408, 429, 5xx; error (timeout,    error_retry       retries+1    base + max(min(retry_base_s·2^old retries, retry_max_s),
+connect, dns, …); robots_unavailable                                        Retry-After); +1 fetch if a response; fetch_interval_s kept
+  … once retries+1 ≥ max_retries             error_final       retries+1    base + gone_interval_s
+http_error, any other 4xx                    error_final       retries+1    base + gone_interval_s; +1 fetch
+robots_denied                                robots_denied     0            base + robots_denied_interval_s
+deferred, not_attempted                      unchanged         unchanged    max(old, host's next_allowed_at, parked_until);
+                                                                            no counter; error_class = why (the only other change)
+==========================================  ================  ===========  ==================================================
+
+``fetch_interval_s`` becomes the interval named in the row (back-off delays move
+``next_fetch_time`` only). Exact duplicates: among this batch's ok/304 rows and
+the crawl DB's fetched/not_modified rows not re-decided by the batch, the
+original of a digest is the earliest ``first_seen`` (ties: smallest url_fp);
+every other ok/304 row of the batch with that digest is ``duplicate``.
+
+New URLs: the outlinks of the round's pages (kinds a, area, frame, iframe,
+canonical, redirect). Dropped: nofollow links unless ``parse.follow_nofollow``
+(redirect and canonical targets are never dropped for nofollow: they name the
+same document, and a canonical target is the copy the site wants crawled, so it
+IS inserted); links outside ``[scope]`` (max_depth, allow_hosts/deny_hosts,
+same_host_only). depth = parent's + 1 (redirect/canonical: parent's); score =
+parent's × ``scope.score_decay`` / the parent's followed links (redirect and
+canonical: parent's score); status unfetched, due at ``now``; one row per url_fp
+(smallest depth, largest score); inserted only when absent — a known URL is
+not touched by discovery. A host that reaches ``budget.max_pages_per_host``
+(pages with a response, after this round) gets its unfetched URLs
+``budget_exhausted`` (the round's own, and a broadcast semi-join of crawldb
+with those hosts); new URLs of any host at its budget are inserted so.
+
+``fetch_log`` gets every page row except deferred and not_attempted (never
+tried; robots_denied rows are kept, the log says why nothing was fetched);
+``changed`` is null when there was no previous copy. ``links`` gets every
+outlink edge (followed or not) once per (src, dst, kind).
+
+Idempotence: every input is read at one pinned version. ``now`` defaults to the
+round's ``fetched_at``, and the crawl DB and hosts are read as they were before
+this round's first MERGE (found by its commit ``userMetadata``), so a rerun
+after a crash computes the same rows; the guards and txn versions make the
+writes that already happened no-ops.
+
+What update scans, and how it grows:
+
+- the crawl-DB rows of the round's URLs, and the known-or-not test of the
+  discovered URLs: broadcast semi-joins on url_fp (the round's keys are
+  broadcast, crawldb is scanned once, never shuffled). url_fp is a hash, so
+  Delta's min/max data skipping prunes no file: every file's ``url_fp`` column
+  is read, O(crawl DB) bytes of one column (plus the matching rows). The
+  MERGE repeats that join to find the files it touches. Deletion vectors (on
+  for every table) keep it from rewriting those files: it writes small DVs
+  plus the changed rows, so the WRITE grows with the touched URLs.
+- the digest lookup (``status``, ``digest``, ``first_seen`` of stored rows,
+  semi-joined with the batch's broadcast digests): O(crawl DB) in those three
+  columns.
+- budget marking reads ``status``/``host`` of all rows, but only in a round
+  where some host reached its budget; ``frontier_size`` counts ``status`` once.
+- ``hosts`` is read the same way, semi-joined with the round's hosts.
+
+To make the reads grow with the touched URLs too: cluster ``crawldb`` by
+``url_fp`` (liquid clustering / OPTIMIZE ZORDER) so file ranges of url_fp become
+narrow, then prune with the round's url_fp ranges (a literal range predicate
+per bucket, or dynamic file pruning, which open-source Delta lacks; low shuffle
+merge, which keeps unmodified rows' layout, is Databricks-only too); keep a
+separate digest → original table clustered by digest for the duplicate lookup;
+keep the frontier size in the ledger as a running sum of the statuses changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from crawl_udfs.config import Config, ConfigError
+from jobs import common, ledger
+from jobs import update_transforms as T
+from schemas.status import ELIGIBLE, Status
+from schemas.tables import CRAWLDB, HOSTS, TABLES
+
+#: Counters update writes to the ledger (plus ``status_<value>`` per resulting status).
+COUNTS = ("new_urls", "updated_urls", "duplicates", "budget_exhausted", "hosts_updated", "fetch_log_rows",
+          "links", "frontier_size")
+#: Commits of crawldb/hosts looked back through for this round's first MERGE.
+HISTORY_LOOKBACK = 50
+_META = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one round's update writes (lazy DataFrames)."""
+
+    updated: Any          # updated crawl-DB rows of the fetch-list URLs (+ helper columns)
+    crawldb_source: Any   # CRAWLDB columns + _kind, one row per url_fp
+    hosts: Any            # HOSTS rows to merge
+    fetch_log: Any
+    links: Any
+
+
+def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: int, now: dt.datetime) -> Plan:
+    """The whole update of one round as DataFrames: pure, from the inputs as they were before it."""
+    park = conf.politeness.park_duration_s
+    prepared = T.prepare(fetch_output, fetch_list, crawldb)
+    nxt = T.host_next(hosts, fetch_output, park_duration_s=park, now=now)
+    updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
+    updated = T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s)
+    new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
+                     default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
+    hosts_new = T.hosts_update(hosts, fetch_output, T.page_counts(updated), park_duration_s=park,
+                               round_no=round_no, now=now)
+    reached, exhausted = T.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host)
+    budget = T.budget_rows(crawldb, reached, round_no=round_no)
+    source = T.merge_source(updated, new, budget, exhausted)
+    return Plan(updated=updated, crawldb_source=source, hosts=common.conform(hosts_new, TABLES["hosts"]),
+                fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
+                links=T.link_rows(prepared, round_no=round_no))
+
+
+def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | None = None) -> dict:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    with common.Timer() as timer:
+        n, row = _round(spark, conf, round_no)
+        if row["state"] == "updated":
+            return {"round": n, "skipped": True, "state": "updated"}
+        now = now or row.get("fetched_at") or common.now_utc()
+        tag = f"deltacrawl update round {n}"
+        crawldb = _before(spark, conf, "crawldb", tag)
+        hosts = _before(spark, conf, "hosts", tag)
+        fetch_output = common.read(spark, conf, "fetch_output").where(F.col("round") == n)
+        fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
+        p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now)
+        cached = [d.persist(StorageLevel.MEMORY_AND_DISK) for d in (p.updated, p.crawldb_source, p.hosts)]
+        try:
+            counts = _counts(p.crawldb_source)
+            counts["hosts_updated"] = p.hosts.count()
+            counts["fetch_log_rows"] = p.fetch_log.count()
+            counts["links"] = p.links.count()
+            _merge_crawldb(spark, conf, p.crawldb_source, n, tag)
+            _merge_hosts(spark, conf, p.hosts, n, tag)
+            _append(conf, p.fetch_log, "fetch_log", n, tag)
+            _append(conf, p.links, "links", n, tag)
+        finally:
+            for d in cached:
+                d.unpersist()
+        counts["frontier_size"] = (common.read(spark, conf, "crawldb")
+                                   .where(F.col("status").isin([s.value for s in ELIGIBLE])).count())
+    ledger.set_state(spark, conf, n, "updated", counts=counts, seconds={"update": timer.seconds})
+    return {"round": n, "skipped": False, **counts}
+
+
+def _round(spark, conf: Config, round_no: int | None) -> tuple[int, dict]:
+    row = ledger.last_round(spark, conf) if round_no is None else ledger.get_round(spark, conf, round_no)
+    if row is None:
+        where = "the round ledger is empty" if round_no is None else f"round {round_no} is not in the round ledger"
+        raise ConfigError(f"nothing to update: {where} (run generate and fetch first)")
+    n, state = int(row["round"]), row["state"]
+    if state not in ("fetched", "updated"):
+        raise ConfigError(f"round {n} is {state}, not fetched: run fetch for it before update")
+    return n, row
+
+
+def _before(spark, conf: Config, name: str, tag: str):
+    """Table ``name`` as it was before this round's first MERGE into it (or now, if none yet)."""
+    hist = common.table(spark, conf, name).history(HISTORY_LOOKBACK).select("version", "userMetadata").collect()
+    tagged = [r.version for r in hist if r.userMetadata == tag]
+    version = min(tagged) - 1 if tagged else max(r.version for r in hist)
+    return spark.read.format("delta").option("versionAsOf", version).load(common.table_path(conf, name))
+
+
+def _counts(source) -> dict[str, int]:
+    from pyspark.sql import functions as F
+    rows = source.groupBy("_kind", "status").agg(F.count(F.lit(1)).alias("n")).collect()
+    out = {"new_urls": 0, "updated_urls": 0, "duplicates": 0, "budget_exhausted": 0}
+    for r in rows:
+        if r["_kind"] == "new":
+            out["new_urls"] += r.n
+        elif r["_kind"] == "update":
+            out["updated_urls"] += r.n
+        if r.status == Status.DUPLICATE.value and r["_kind"] == "update":
+            out["duplicates"] += r.n
+        if r.status == Status.BUDGET_EXHAUSTED.value:
+            out["budget_exhausted"] += r.n
+        key = f"status_{r.status}"
+        out[key] = out.get(key, 0) + r.n
+    return out
+
+
+def _tagged(spark, tag: str):
+    class _Ctx:
+        def __enter__(self):
+            spark.conf.set(_META, tag)
+
+        def __exit__(self, *exc):
+            spark.conf.unset(_META)
+    return _Ctx()
+
+
+def _merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
+    cols = {f.name: f"s.`{f.name}`" for f in CRAWLDB.fields}
+    with _tagged(spark, tag):
+        (common.table(spark, conf, "crawldb").alias("t").merge(source.alias("s"), "t.url_fp = s.url_fp")
+         .whenMatchedUpdate(condition=f"s._kind IN ('update', 'budget') AND t.updated_round < {n}", set=cols)
+         .whenNotMatchedInsert(condition="s._kind IN ('update', 'new')", values=cols)
+         .execute())
+
+
+def _merge_hosts(spark, conf: Config, source, n: int, tag: str) -> None:
+    cols = {f.name: f"s.`{f.name}`" for f in HOSTS.fields}
+    with _tagged(spark, tag):
+        (common.table(spark, conf, "hosts").alias("t").merge(source.alias("s"), "t.host = s.host")
+         .whenMatchedUpdate(condition=f"t.updated_round < {n}", set=cols)
+         .whenNotMatchedInsert(values=cols)
+         .execute())
+
+
+def _append(conf: Config, df, name: str, n: int, tag: str) -> None:
+    """Append once per round: Delta skips a write whose (txnAppId, txnVersion) it has committed."""
+    (common.conform(df, TABLES[name]).write.format("delta").mode("append")
+     .option("txnAppId", f"deltacrawl-update-{name}").option("txnVersion", n).option("userMetadata", tag)
+     .save(common.table_path(conf, name)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from crawl_udfs import config
+    from jobs.session import build_session
+
+    p = argparse.ArgumentParser(prog="deltacrawl-update", description="Merge a fetched round into the crawl DB.")
+    p.add_argument("--conf", action="append", default=[], help="TOML overlay (repeatable)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
+    p.add_argument("--round", type=int, default=None, help="round to update (default: the last one)")
+    args = p.parse_args(argv)
+    try:
+        conf = config.load(args.conf, args.set)
+        result = run(build_session(conf, app_suffix="update"), conf, round_no=args.round)
+    except ConfigError as e:
+        print(f"deltacrawl update: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""deltacrawl end to end through its CLI: init, inject, crawl --rounds N against the local test web.
+
+The CLI runs in-process (``jobs.cli.main``) so it shares the suite's one
+SparkSession; politeness is judged from the test web's own request log,
+across round boundaries.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from crawl_udfs.partition import NOT_SENT
+from crawl_udfs.url_normalize import normalize
+from jobs import cli, common
+from tests.summary import note
+from tests.testweb import TestWeb
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DELAY = 0.5
+ROUNDS = 3
+BUDGET_PAGES = 8
+
+
+@pytest.fixture(scope="module")
+def crawled(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("e2e")
+    with TestWeb(d / "web", n_hosts=50, seed=21, kinds=["site", "robots", "trap", "dup"]) as web:
+        overlay = d / "e2e.toml"
+        overlay.write_text(
+            f'[storage]\nroot = "{d / "crawl"}"\n'
+            f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
+            f"[politeness]\nhost_delay_s = {DELAY}\n"
+            "[fetch]\ntask_budget_s = 25.0\ntotal_timeout_s = 6.0\n"
+            f"[budget]\nmax_pages_per_host = {BUDGET_PAGES}\n"
+            "[generate]\nmax_urls_per_host = 4\nfetch_partitions = 2\n")
+        seeds = d / "seeds.txt"
+        seeds.write_text("# seeds\n" + "\n".join(web.seeds()) + "\nnot a url\n")
+        base = ["--conf", str(overlay)]
+        assert cli.main(base + ["init"]) == 0
+        assert cli.main(base + ["inject", str(seeds)]) == 0
+        assert cli.main(base + ["crawl", "--rounds", str(ROUNDS)]) == 0
+        from crawl_udfs import config
+        conf = config.load([overlay])
+        yield web, conf, base, web.log(), web.violations(host_delay_s=DELAY)
+
+
+def _rows(spark, conf, name):
+    return spark.read.format("delta").load(common.table_path(conf, name))
+
+
+def test_politeness_across_rounds(crawled):
+    web, conf, base, log, v = crawled
+    note("e2e crawl (server-side): " + v.summary().replace("\n", "; "))
+    assert v.requests > 100
+    assert v.too_close == [] and v.overlapping == []
+    assert v.disallowed == [] and v.retry_after == [] and v.bait == []
+    assert v.max_in_flight_host <= 1 and v.max_in_flight_addr <= conf.politeness.max_in_flight_per_ip
+
+
+def test_rounds_ledger_and_discovery(spark, crawled):
+    web, conf, base, log, v = crawled
+    rounds = {r["round"]: r for r in _rows(spark, conf, "rounds").collect()}
+    assert sorted(rounds) == list(range(1, ROUNDS + 1))
+    assert all(r["state"] == "updated" for r in rounds.values())
+    crawldb = _rows(spark, conf, "crawldb")
+    urls = {r["url"] for r in crawldb.select("url").collect()}
+    # every seed is known and was fetched; their planned outlinks were discovered
+    fetched = {r["url"] for r in crawldb.where("last_fetch_time IS NOT NULL").select("url").collect()}
+    for seed in web.seeds():
+        assert normalize(seed) in fetched
+    site = max(web.plan.by_kind("site"), key=lambda h: len(h.pages))
+    home = site.page("/")
+    expected = {normalize(link.url) for link in home.outlinks() if link.url}
+    expected = {u for u in expected if u and u.startswith("http")}
+    assert len(expected & urls) >= 0.8 * len(expected)
+
+
+def test_traps_held_to_budget(crawled):
+    web, conf, base, log, v = crawled
+    for host, n in v.trap_requests.items():
+        assert n <= BUDGET_PAGES + ROUNDS, (host, n)  # pages within budget + a robots.txt per round
+
+
+def test_fetch_log_once_with_readable_warc(spark, crawled):
+    web, conf, base, log, v = crawled
+    fl = _rows(spark, conf, "fetch_log")
+    rows = fl.collect()
+    keys = [(r["round"], r["url_fp"]) for r in rows]
+    assert len(keys) == len(set(keys)), "a URL appears twice in one round"
+    stored = [r for r in rows if r["warc_filename"]]
+    assert len(stored) > 50
+    warc_dir = common.warc_root(conf)
+    for r in stored[:: max(1, len(stored) // 40)]:
+        with open(f"{warc_dir}/{r['warc_filename']}", "rb") as f:
+            f.seek(r["warc_offset"])
+            rec = next(iter(ArchiveIterator(io.BytesIO(f.read(r["warc_length"])))))
+        assert rec.rec_headers.get_header("WARC-Target-URI") == r["url"]
+    # every request the server saw is a fetch_log row or a robots.txt fetch
+    sent = sum(1 for r in rows if r["fetch_time"] is not None and r["error_class"] not in NOT_SENT)
+    robots = sum((r["counts"] or {}).get("robots_requests", 0) for r in _rows(spark, conf, "rounds").collect())
+    assert len(log) == sent + robots
+
+
+def test_rerunning_finished_verbs_changes_nothing(spark, crawled):
+    web, conf, base, log, v = crawled
+    from delta.tables import DeltaTable
+    names = ["crawldb", "hosts", "fetch_log", "links", "fetch_list", "fetch_output"]
+    before = {n: DeltaTable.forPath(spark, common.table_path(conf, n)).history(1).collect()[0]["version"]
+              for n in names}
+    snapshot = {n: sorted(map(str, _rows(spark, conf, n).collect())) for n in ("crawldb", "hosts", "fetch_log")}
+    requests_before = len(web.log())
+    assert cli.main(base + ["fetch"]) == 0
+    assert cli.main(base + ["update"]) == 0
+    after = {n: DeltaTable.forPath(spark, common.table_path(conf, n)).history(1).collect()[0]["version"]
+             for n in names}
+    assert {n: sorted(map(str, _rows(spark, conf, n).collect())) for n in snapshot} == snapshot
+    assert len(web.log()) == requests_before
+    assert after == before

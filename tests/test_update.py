@@ -1,0 +1,470 @@
+"""update: the transition table, duplicates, discovery, hosts, budget (small DataFrames),
+then the job on Delta: ledger refusals, one MERGE, idempotent reruns and crash resume."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from crawl_udfs import config
+from crawl_udfs.config import ConfigError
+from crawl_udfs.url_normalize import fingerprint, host_of
+from jobs import update_transforms as T
+from schemas.status import Status
+from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT, HOSTS
+
+pytestmark = pytest.mark.spark
+
+T0 = dt.datetime(2026, 3, 1, 12, 0, 0)          # fetch time of the round
+NOW = dt.datetime(2026, 3, 1, 13, 0, 0)         # the update's "now"
+FIRST = dt.datetime(2026, 1, 1)                 # first_seen of the old rows
+H = 3600.0
+CONF = config.load(overrides=[
+    "schedule.default_interval_s=86400.0", "schedule.gone_interval_s=1000000.0",
+    "schedule.redirect_perm_interval_s=500000.0", "schedule.duplicate_interval_s=700000.0",
+    "schedule.robots_denied_interval_s=200000.0", "schedule.retry_base_s=3600.0", "schedule.retry_max_s=20000.0",
+    "schedule.max_retries=5", "politeness.park_duration_s=7200.0", "budget.max_pages_per_host=12",
+    "scope.max_depth=2", 'scope.deny_hosts=["^evil\\\\."]'])
+
+
+def sec(s: float) -> dt.timedelta:
+    return dt.timedelta(seconds=s)
+
+
+def old(url: str, **kw) -> dict:
+    row = dict(url_fp=fingerprint(url), host=host_of(url), status="unfetched", next_fetch_time=T0 - sec(H),
+               score=1.0, depth=0, redirect_hops=0, retries=0, fetch_count=0, change_count=0, unchanged_count=0,
+               fetch_interval_s=86400.0, first_seen=FIRST, discovered_round=0, updated_round=0, url=url)
+    row.update(kw)
+    return row
+
+
+def page(url: str, outcome: str, n: int = 1, **kw) -> dict:
+    fetched = outcome not in ("robots_denied", "robots_unavailable", "deferred", "not_attempted")
+    row = dict(round=n, partition=0, kind="page", host=host_of(url), url_fp=fingerprint(url), url=url,
+               outcome=outcome, fetch_time=T0 if fetched else None, redirect_hops=0)
+    row.update(kw)
+    return row
+
+
+def link(url: str, kind: str = "a", nofollow: bool = False) -> tuple:
+    return (url, fingerprint(url), kind, nofollow)
+
+
+def listed(url: str, n: int = 1, depth: int = 0, score: float = 1.0, hops: int = 0) -> dict:
+    return dict(round=n, partition=0, url_fp=fingerprint(url), host=host_of(url), depth=depth, score=score,
+                redirect_hops=hops, url=url)
+
+
+def frame(spark, rows: list[dict], schema):
+    return spark.createDataFrame([tuple(r.get(f.name) for f in schema.fields) for r in rows], schema)
+
+
+def by_url(df) -> dict:
+    return {r["url"]: r.asDict() for r in df.collect()}
+
+
+def no_hosts(spark):
+    return frame(spark, [], HOSTS)
+
+
+# -- the transition table -----------------------------------------------------------------------
+D = "http://t.test/"
+# (name, page fields, old crawl-DB fields, expected fields of the updated row)
+TRANSITIONS = [
+    ("ok_first", dict(outcome="ok", status_code=200, digest="sha1:A", simhash=7, content_type="text/html",
+                      etag='"e1"', last_modified="Mon", warc_record_id="<urn:1>"), {},
+     dict(status="fetched", retries=0, fetch_count=1, change_count=0, unchanged_count=0, digest="sha1:A",
+          simhash=7, etag='"e1"', warc_record_id="<urn:1>", warc_fetch_time=T0, http_status=200,
+          next_fetch_time=T0 + sec(86400), fetch_interval_s=86400.0, last_fetch_time=T0, last_change_time=None)),
+    ("ok_changed", dict(outcome="ok", status_code=200, digest="sha1:B", warc_record_id="<urn:2>"),
+     dict(status="fetched", digest="sha1:A", fetch_count=3, retries=0, change_count=1, warc_record_id="<urn:0>"),
+     dict(status="fetched", fetch_count=4, change_count=2, unchanged_count=0, digest="sha1:B",
+          last_change_time=T0, warc_record_id="<urn:2>", next_fetch_time=T0 + sec(86400))),
+    ("ok_same", dict(outcome="ok", status_code=200, digest="sha1:S"),
+     dict(status="fetched", digest="sha1:S", fetch_count=1, last_change_time=FIRST),
+     dict(status="fetched", fetch_count=2, change_count=0, unchanged_count=1, last_change_time=FIRST)),
+    ("ok_after_errors", dict(outcome="ok", status_code=200, digest="sha1:R"),
+     dict(status="error_retry", retries=2, error_class="timeout"),
+     dict(status="fetched", retries=0, error_class=None)),
+    ("not_modified", dict(outcome="not_modified", status_code=304, digest="sha1:N", etag='"e2"',
+                          warc_record_id="<urn:revisit>"),
+     dict(status="fetched", digest="sha1:N", etag='"e1"', last_modified="Tue", warc_record_id="<urn:orig>",
+          warc_fetch_time=FIRST, content_type="text/html", fetch_count=1),
+     dict(status="not_modified", fetch_count=2, unchanged_count=1, change_count=0, digest="sha1:N",
+          warc_record_id="<urn:orig>", warc_fetch_time=FIRST, etag='"e2"', last_modified="Tue",
+          content_type="text/html", http_status=304, next_fetch_time=T0 + sec(86400))),
+    ("redirect_301", dict(outcome="redirect", status_code=301, redirect_to="https://t.test/a"), {},
+     dict(status="redirect_perm", redirect_to="https://t.test/a", fetch_count=1, retries=0,
+          fetch_interval_s=500000.0, next_fetch_time=T0 + sec(500000))),
+    ("redirect_308", dict(outcome="redirect", status_code=308, redirect_to="https://t.test/b"), {},
+     dict(status="redirect_perm")),
+    ("redirect_302", dict(outcome="redirect", status_code=302, redirect_to="http://t.test/c"), {},
+     dict(status="redirect_temp", redirect_to="http://t.test/c", next_fetch_time=T0 + sec(86400))),
+    ("redirect_303", dict(outcome="redirect", status_code=303, redirect_to="http://t.test/d"), {},
+     dict(status="redirect_temp")),
+    ("redirect_307", dict(outcome="redirect", status_code=307, redirect_to="http://t.test/e"), {},
+     dict(status="redirect_temp")),
+    ("redirect_loop", dict(outcome="redirect", status_code=301, redirect_to=D + "redirect_loop",
+                           error_class="redirect_loop"), {},
+     dict(status="error_final", retries=1, fetch_count=1, redirect_to=D + "redirect_loop",
+          error_class="redirect_loop", next_fetch_time=T0 + sec(1000000))),
+    ("http_404", dict(outcome="http_error", status_code=404), dict(status="fetched", digest="sha1:X", retries=1),
+     dict(status="gone", retries=0, fetch_count=1, digest="sha1:X", http_status=404,
+          fetch_interval_s=1000000.0, next_fetch_time=T0 + sec(1000000))),
+    ("http_410", dict(outcome="http_error", status_code=410), {}, dict(status="gone")),
+    ("http_503", dict(outcome="http_error", status_code=503), {},
+     dict(status="error_retry", retries=1, fetch_count=1, fetch_interval_s=86400.0,
+          next_fetch_time=T0 + sec(3600))),
+    ("http_429_retry_after", dict(outcome="http_error", status_code=429, retry_after_s=15000.0), dict(retries=1),
+     dict(status="error_retry", retries=2, next_fetch_time=T0 + sec(15000))),
+    ("http_500_backoff", dict(outcome="http_error", status_code=500), dict(retries=2),
+     dict(status="error_retry", retries=3, next_fetch_time=T0 + sec(14400))),
+    ("backoff_capped", dict(outcome="error", error_class="timeout"), dict(status="error_retry", retries=3),
+     dict(status="error_retry", retries=4, fetch_count=0, error_class="timeout",
+          next_fetch_time=T0 + sec(20000))),
+    ("retries_exhausted", dict(outcome="error", error_class="connect"), dict(status="error_retry", retries=4),
+     dict(status="error_final", retries=5, fetch_interval_s=1000000.0, next_fetch_time=T0 + sec(1000000))),
+    ("robots_unavailable", dict(outcome="robots_unavailable", error_class="robots_unavailable"), {},
+     dict(status="error_retry", retries=1, fetch_count=0, last_fetch_time=None,
+          next_fetch_time=NOW + sec(3600))),
+    ("http_403", dict(outcome="http_error", status_code=403), {},
+     dict(status="error_final", retries=1, fetch_count=1, next_fetch_time=T0 + sec(1000000))),
+    ("robots_denied", dict(outcome="robots_denied"), dict(status="fetched", digest="sha1:Q", fetch_count=2),
+     dict(status="robots_denied", retries=0, fetch_count=2, digest="sha1:Q", next_fetch_time=NOW + sec(200000),
+          fetch_interval_s=200000.0)),
+    ("deferred", dict(outcome="deferred", error_class="retry_after", host="slow.test"),
+     dict(status="error_retry", retries=1, fetch_count=1, fetch_interval_s=86400.0, digest="sha1:Z"),
+     dict(status="error_retry", retries=1, fetch_count=1, digest="sha1:Z", error_class="retry_after",
+          next_fetch_time=T0 + sec(9 * H), fetch_interval_s=86400.0)),
+    ("not_attempted", dict(outcome="not_attempted", error_class="task_budget"),
+     dict(status="fetched", fetch_count=1, digest="sha1:W", next_fetch_time=T0 + sec(5 * H)),
+     dict(status="fetched", fetch_count=1, retries=0, digest="sha1:W", next_fetch_time=T0 + sec(5 * H),
+          updated_round=1, last_fetch_time=None)),
+]
+
+
+@pytest.fixture(scope="module")
+def transitioned(spark):
+    pages, olds = [], []
+    for name, p, o, _ in TRANSITIONS:
+        url = D + name
+        pg = page(url, p["outcome"], **{k: v for k, v in p.items() if k != "outcome"})
+        pages.append(pg)
+        olds.append(old(url, host=pg["host"], **o))
+    crawldb = frame(spark, olds, CRAWLDB)
+    hosts = frame(spark, [dict(host="slow.test", next_allowed_at=T0 + sec(9 * H), consecutive_failures=0,
+                               pages_fetched=0, bytes_fetched=0, requests=0, duplicate_pages=0,
+                               new_content_pages=0, updated_round=0)], HOSTS)
+    fetch_output = frame(spark, pages, FETCH_OUTPUT)
+    prepared = T.prepare(fetch_output, frame(spark, [], FETCH_LIST), crawldb)
+    nxt = T.host_next(hosts, fetch_output, park_duration_s=60.0, now=NOW)
+    return by_url(T.transition(prepared, nxt, CONF.schedule, round_no=1, now=NOW))
+
+
+@pytest.mark.parametrize("name,expected", [(c[0], c[3]) for c in TRANSITIONS], ids=[c[0] for c in TRANSITIONS])
+def test_transition_table(transitioned, name, expected):
+    row = transitioned[D + name]
+    assert row["updated_round"] == 1
+    got = {k: row[k] for k in expected}
+    assert got == expected
+
+
+def test_every_outcome_is_covered():
+    from crawl_udfs.rows import Outcome
+    assert {c[1]["outcome"] for c in TRANSITIONS} == {o.value for o in Outcome}
+
+
+# -- duplicates -----------------------------------------------------------------------------------
+def test_exact_duplicates(spark):
+    u = "http://d.test/"
+    olds = [old(u + "a", status="fetched", digest="sha1:D1", first_seen=FIRST),
+            old(u + "b", first_seen=FIRST + sec(10)),
+            old(u + "c", first_seen=FIRST + sec(20)), old(u + "e", first_seen=FIRST + sec(30)),
+            old(u + "g", status="gone", digest="sha1:D3", first_seen=FIRST - sec(99)),
+            old(u + "f", first_seen=FIRST + sec(40)),
+            old(u + "i", status="fetched", digest="sha1:D4", first_seen=FIRST - sec(99)),
+            old(u + "h", first_seen=FIRST + sec(50)),
+            old(u + "j", status="fetched", digest="sha1:D1", first_seen=FIRST + sec(60)),
+            old(u + "k", first_seen=FIRST + sec(70)), old(u + "l", first_seen=FIRST + sec(70))]
+    pages = [page(u + "b", "ok", status_code=200, digest="sha1:D1"),
+             page(u + "c", "ok", status_code=200, digest="sha1:D2"),
+             page(u + "e", "ok", status_code=200, digest="sha1:D2"),
+             page(u + "f", "ok", status_code=200, digest="sha1:D3"),
+             page(u + "i", "http_error", status_code=404),
+             page(u + "h", "ok", status_code=200, digest="sha1:D4"),
+             page(u + "j", "not_modified", status_code=304, digest="sha1:D1"),
+             page(u + "k", "ok", status_code=200, digest="sha1:D5"),
+             page(u + "l", "ok", status_code=200, digest="sha1:D5")]
+    crawldb = frame(spark, olds, CRAWLDB)
+    prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, [], FETCH_LIST), crawldb)
+    nxt = T.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
+    up = T.transition(prepared, nxt, CONF.schedule, round_no=1, now=NOW)
+    got = by_url(T.mark_duplicates(up, crawldb, duplicate_interval_s=700000.0))
+    fp = fingerprint
+    kl = sorted([fp(u + "k"), fp(u + "l")])
+    tie_dup = u + "k" if fp(u + "k") == kl[1] else u + "l"
+    expected = {u + "b": ("duplicate", fp(u + "a")), u + "c": ("fetched", None), u + "e": ("duplicate", fp(u + "c")),
+                u + "f": ("fetched", None), u + "i": ("gone", None), u + "h": ("fetched", None),
+                u + "j": ("duplicate", fp(u + "a")),
+                u + "k": ("duplicate", kl[0]) if tie_dup == u + "k" else ("fetched", None),
+                u + "l": ("duplicate", kl[0]) if tie_dup == u + "l" else ("fetched", None)}
+    assert {k: (r["status"], r["dup_of"]) for k, r in got.items()} == expected
+    assert got[u + "b"]["fetch_interval_s"] == 700000.0
+    assert got[u + "b"]["next_fetch_time"] == T0 + sec(700000)
+    assert got[u + "c"]["next_fetch_time"] == T0 + sec(86400)
+    assert got[u + "b"]["fetch_count"] == 1 and got[u + "b"]["digest"] == "sha1:D1"
+
+
+# -- discovery ------------------------------------------------------------------------------------
+def _discovery_inputs(spark):
+    a, b = "http://a.test/", "http://b.test/"
+    pages = [
+        page(a + "p1", "ok", status_code=200, outlinks=[
+            link(a + "x"), link(a + "y", nofollow=True), link("http://u:pw@B.test:8080/z"), link(a + "known"),
+            link("http://evil.test/"), link(a + "canon", "canonical", nofollow=True)]),
+        page(a + "p2", "ok", status_code=200, outlinks=[link(a + "x"), link(a + "two")]),
+        page(a + "p5", "ok", status_code=200, outlinks=[link(a + "deep")]),
+        page(b + "p3", "redirect", status_code=301, redirect_to="http://c.test:81/r",
+             outlinks=[link("http://c.test:81/r", "redirect")]),
+        page(a + "p4", "not_attempted", outlinks=[link(a + "never")]),
+    ]
+    flist = [listed(a + "p1", depth=0, score=1.0), listed(a + "p2", depth=1, score=8.0), listed(a + "p5", depth=2),
+             listed(b + "p3", depth=1, score=0.3, hops=2), listed(a + "p4", depth=0, score=1.0)]
+    crawldb = frame(spark, [old(a + "known"), old(a + "p1"), old(a + "p2"), old(b + "p3"), old(a + "p4"),
+                           old(a + "p5")], CRAWLDB)
+    prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, flist, FETCH_LIST), crawldb)
+    return prepared, crawldb
+
+
+def _discover(spark, conf):
+    prepared, crawldb = _discovery_inputs(spark)
+    return by_url(T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
+                             default_interval_s=conf.schedule.default_interval_s, round_no=4, now=NOW))
+
+
+def test_discovery_depth_score_dedup_scope(spark):
+    got = _discover(spark, CONF)
+    a = "http://a.test/"
+    z = "http://u:pw@B.test:8080/z"
+    assert set(got) == {a + "x", a + "two", z, a + "canon", "http://c.test:81/r"}   # a/deep: depth 3 > 2
+    x = got[a + "x"]   # from p1 (depth 1, 1/4) and p2 (depth 2, 8/2): min depth, max score, source of min depth
+    assert (x["depth"], x["score"], x["source_fp"]) == (1, 4.0, fingerprint(a + "p1"))
+    assert got[z]["host"] == "b.test" and got[z]["score"] == 0.25      # 4 followed links on p1
+    assert (got[a + "canon"]["depth"], got[a + "canon"]["score"]) == (0, 1.0)
+    r = got["http://c.test:81/r"]
+    assert (r["host"], r["depth"], r["redirect_hops"], r["score"]) == ("c.test", 1, 3, 0.3)
+    assert all(v["status"] == "unfetched" and v["next_fetch_time"] == NOW and v["first_seen"] == NOW
+               and v["discovered_round"] == 4 and v["updated_round"] == 4 and v["retries"] == 0
+               and v["fetch_interval_s"] == 86400.0 for v in got.values())
+
+
+def test_discovery_nofollow_and_same_host(spark):
+    a = "http://a.test/"
+    follow = _discover(spark, CONF.with_overrides("parse.follow_nofollow=true"))
+    assert a + "y" in follow and follow[a + "x"]["score"] == 4.0   # p2's 8/2 still wins
+    assert follow[a + "y"]["score"] == pytest.approx(1 / 5)          # 5 followed links on p1 now
+    same = _discover(spark, CONF.with_overrides("scope.same_host_only=true", "scope.max_depth=-1"))
+    assert set(same) == {a + "x", a + "two", a + "canon", a + "deep"}
+    allow = _discover(spark, CONF.with_overrides('scope.allow_hosts=["^c\\\\."]'))
+    assert set(allow) == {"http://c.test:81/r"}
+
+
+def test_host_expr_matches_host_of(spark):
+    from pyspark.sql import functions as F
+    urls = ["http://a.test/", "https://U:p@Example.COM:8443/x?y=1", "http://[::1]:8080/p", "http://[2001:db8::1]/",
+            "http://xn--bcher-kva.example/ü", "http://a.test:80"]
+    got = dict(spark.createDataFrame([(u,) for u in urls], "url string")
+               .select("url", T.host_expr(F.col("url")).alias("h")).collect())
+    assert got == {u: host_of(u) for u in urls}
+
+
+def test_links_and_fetch_log(spark):
+    prepared, crawldb = _discovery_inputs(spark)
+    links = T.link_rows(prepared, round_no=4).collect()
+    assert len(links) == 10   # p1: 6, p2: 2, p3: 1, p5: 1; p4 was not attempted
+    p1 = {(r.dst_url, r.kind, r.nofollow) for r in links if r.src_fp == fingerprint("http://a.test/p1")}
+    assert ("http://a.test/y", "a", True) in p1 and ("http://a.test/canon", "canonical", True) in p1
+    assert all(r["round"] == 4 for r in links)
+    nxt = T.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
+    up = T.transition(prepared, nxt, CONF.schedule, round_no=4, now=NOW)
+    log = {r.url: r for r in T.fetch_log_rows(prepared, up, round_no=4).collect()}
+    assert set(log) == {"http://a.test/p1", "http://a.test/p2", "http://b.test/p3", "http://a.test/p5"}
+    assert log["http://a.test/p1"].n_outlinks == 6 and log["http://b.test/p3"].redirect_to == "http://c.test:81/r"
+
+
+# -- hosts counters and budget (the whole plan, on small DataFrames) ----------------------------------
+def test_plan_hosts_counters_and_budget(spark):
+    from jobs import update
+    a, b = "http://a.test/", "http://b.test/"
+    olds = [old(a + "ok"), old(a + "dup"), old(a + "nm", status="fetched", digest="sha1:NM"),
+            old(a + "404"), old(a + "err"), old(a + "def"), old(a + "orig", status="fetched", digest="sha1:O"),
+            old(a + "left1"), old(a + "left2", status="error_retry"), old(b + "left"), old(b + "ok")]
+    pages = [page(a + "ok", "ok", status_code=200, digest="sha1:NEW", wire_bytes=100,
+                  outlinks=[link(a + "fresh"), link(b + "fresh"), link("http://c.test/fresh")]),
+             page(a + "dup", "ok", status_code=200, digest="sha1:O", wire_bytes=50),
+             page(a + "nm", "not_modified", status_code=304, digest="sha1:NM", wire_bytes=0),
+             page(a + "404", "http_error", status_code=404, wire_bytes=7),
+             page(a + "err", "error", error_class="timeout"),
+             page(a + "def", "deferred", error_class="parked"),
+             page(b + "ok", "ok", status_code=200, digest="sha1:B", wire_bytes=10)]
+    host_rows = [dict(round=1, partition=0, kind="host", host="a.test", requests=5, robots_status=200,
+                      robots_fetched_at=T0, robots_expires_at=T0 + sec(86400), crawl_delay_s=2.0,
+                      sitemaps=["http://a.test/sm.xml"], ip="127.10.0.1", next_allowed_at=T0 + sec(60),
+                      consecutive_failures=1, parked=True, park_reason="failures", robots_body=b"User-agent: *"),
+                 dict(round=1, partition=1, kind="host", host="b.test", requests=1, parked=False)]
+    hosts = [dict(host="a.test", consecutive_failures=0, pages_fetched=8, bytes_fetched=1000, requests=20,
+                  duplicate_pages=1, new_content_pages=3, updated_round=0, robots_status=404),
+             dict(host="b.test", ip="127.10.0.2", consecutive_failures=0, pages_fetched=0, bytes_fetched=0,
+                  requests=0, duplicate_pages=0, new_content_pages=0, updated_round=0, robots_status=200,
+                  robots_fetched_at=FIRST, parked_until=FIRST, park_reason="failures"),
+             dict(host="c.test", consecutive_failures=0, pages_fetched=40, bytes_fetched=0, requests=40,
+                  duplicate_pages=0, new_content_pages=0, updated_round=0)]
+    p = update.plan(frame(spark, olds, CRAWLDB), frame(spark, hosts, HOSTS),
+                    frame(spark, pages + host_rows, FETCH_OUTPUT), frame(spark, [], FETCH_LIST), CONF,
+                    round_no=1, now=NOW)
+    h = {r.host: r.asDict() for r in p.hosts.collect()}
+    ha, hb = h["a.test"], h["b.test"]
+    assert (ha["pages_fetched"], ha["bytes_fetched"], ha["requests"]) == (12, 1157, 25)
+    assert (ha["duplicate_pages"], ha["new_content_pages"]) == (2, 4)
+    assert ha["parked_until"] == NOW + sec(7200) and ha["park_reason"] == "failures"
+    assert (ha["robots_status"], ha["crawl_delay_s"], ha["sitemaps"], ha["ip"]) == (200, 2.0, ["http://a.test/sm.xml"],
+                                                                                   "127.10.0.1")
+    assert ha["robots_body"] == b"User-agent: *" and ha["consecutive_failures"] == 1 and ha["updated_round"] == 1
+    # b.test: no robots fetched this round -> cached robots kept; not parked -> old parked_until kept
+    assert (hb["pages_fetched"], hb["requests"], hb["robots_status"], hb["robots_fetched_at"]) == (1, 1, 200, FIRST)
+    assert (hb["parked_until"], hb["ip"]) == (FIRST, "127.10.0.2")
+    src = {r.url: (r["_kind"], r.status) for r in p.crawldb_source.collect()}
+    # a.test reached 12 = budget: its unfetched URLs (old, deferred and new) are budget_exhausted
+    assert src[a + "left1"] == ("budget", "budget_exhausted")
+    assert src[a + "def"] == ("update", "budget_exhausted")
+    assert src[a + "fresh"] == ("new", "budget_exhausted")
+    assert src[b + "fresh"] == ("new", "unfetched")
+    assert src["http://c.test/fresh"] == ("new", "budget_exhausted")   # host at its budget since earlier rounds
+    assert set(h) == {"a.test", "b.test"}                                # c.test's row is not rewritten
+    assert a + "left2" not in src and b + "left" not in src     # not unfetched / host under budget
+    assert src[a + "dup"] == ("update", "duplicate") and src[a + "ok"] == ("update", "fetched")
+    assert len(src) == p.crawldb_source.count()                  # one row per url_fp
+
+
+# -- the job on Delta ---------------------------------------------------------------------------------
+TABLE_NAMES = ("crawldb", "hosts", "fetch_log", "links")
+
+
+def _seed(spark, conf, n: int = 1):
+    """A crawl DB of 6 URLs, round n fetched: ok (2 outlinks), duplicate, 404, 503, deferred, not fetched."""
+    from jobs import common, ledger
+    common.ensure_tables(spark, conf)
+    u = "http://s.test/"
+    olds = [old(u), old(u + "a", status="fetched", digest="sha1:A", fetch_count=1),
+            old(u + "b"), old(u + "c"), old(u + "d"), old(u + "e"), old(u + "later")]
+    pages = [page(u, "ok", n, status_code=200, digest="sha1:ROOT", wire_bytes=10,
+                  outlinks=[link(u + "new1"), link(u + "a"), link("http://t.test/new2")]),
+             page(u + "a", "ok", n, status_code=200, digest="sha1:A2", wire_bytes=10),
+             page(u + "b", "ok", n, status_code=200, digest="sha1:A2", wire_bytes=10),
+             page(u + "c", "http_error", n, status_code=404),
+             page(u + "d", "http_error", n, status_code=503),
+             page(u + "e", "deferred", n, error_class="parked")]
+    hosts = [dict(round=n, partition=0, kind="host", host="s.test", requests=6, ip="127.10.0.9",
+                  next_allowed_at=T0 + sec(5), consecutive_failures=1, parked=False)]
+    flist = [listed(p["url"], n) for p in pages]
+    common.conform(frame(spark, olds, CRAWLDB), common.TABLES["crawldb"]).write.format("delta").mode("append") \
+        .save(common.table_path(conf, "crawldb"))
+    frame(spark, pages + hosts, FETCH_OUTPUT).write.format("delta").mode("append") \
+        .save(common.table_path(conf, "fetch_output"))
+    frame(spark, flist, FETCH_LIST).write.format("delta").mode("append").save(common.table_path(conf, "fetch_list"))
+    ledger.set_state(spark, conf, n, "generated", n_partitions=1)
+
+
+def _content(spark, conf) -> dict:
+    from jobs import common
+    return {t: sorted((tuple(r) for r in common.read(spark, conf, t).collect()), key=repr) for t in TABLE_NAMES}
+
+
+@pytest.fixture(scope="module")
+def updated_a(spark, tmp_path_factory):
+    """Root A: the ledger refusals, then one update of round 1 with the default ``now``."""
+    from jobs import ledger, update
+    conf = config.load(overrides=[f'storage.root="{tmp_path_factory.mktemp("upd_a") / "crawl"}"',
+                                  "spark.shuffle_partitions=4", "budget.max_pages_per_host=100"])
+    _seed(spark, conf)
+    refusals = []
+    for state, kw in (("generated", {}), ("fetching", {"round_no": 1}), (None, {"round_no": 7})):
+        if state:
+            ledger.set_state(spark, conf, 1, state)
+        with pytest.raises(ConfigError) as e:
+            update.run(spark, conf, **kw)
+        refusals.append(str(e.value))
+    ledger.set_state(spark, conf, 1, "fetched")
+    fetched_at = ledger.get_round(spark, conf, 1)["fetched_at"]
+    return conf, update.run(spark, conf), fetched_at, refusals
+
+
+def test_refuses_unfetched_rounds(updated_a):
+    refusals = updated_a[3]
+    assert "round 1 is generated, not fetched" in refusals[0]
+    assert "round 1 is fetching, not fetched" in refusals[1]
+    assert "round 7 is not in the round ledger" in refusals[2]
+    assert all("\n" not in r for r in refusals)
+
+
+def test_update_merges_the_round(spark, updated_a):
+    from jobs import common, ledger
+    conf, result, fetched_at, _ = updated_a
+    assert result["skipped"] is False
+    assert (result["updated_urls"], result["new_urls"], result["duplicates"]) == (6, 2, 1)
+    assert result["frontier_size"] == 9 and result["status_gone"] == 1 and result["links"] == 3
+    assert result["fetch_log_rows"] == 5 and result["hosts_updated"] == 1
+    db = {r.url: r for r in common.read(spark, conf, "crawldb").collect()}
+    u = "http://s.test/"
+    assert db[u].status == "fetched" and db[u + "a"].status == "fetched" and db[u + "a"].change_count == 1
+    assert db[u + "b"].status == "duplicate" and db[u + "b"].dup_of == fingerprint(u + "a")
+    assert (db[u + "c"].status, db[u + "d"].status, db[u + "e"].status) == ("gone", "error_retry", "unfetched")
+    assert db[u + "e"].next_fetch_time == T0 + sec(5) and db[u + "later"].updated_round == 0
+    assert db[u + "new1"].status == "unfetched" and db[u + "new1"].depth == 1
+    assert db[u + "new1"].first_seen == fetched_at == db[u + "new1"].next_fetch_time   # default now: fetched_at
+    assert db["http://t.test/new2"].host == "t.test" and db[u + "a"].depth == 0   # known URL not touched by discovery
+    assert all(r.updated_round == 1 for k, r in db.items() if k != u + "later")
+    host = common.read(spark, conf, "hosts").collect()
+    assert [(h.host, h.pages_fetched, h.requests, h.duplicate_pages, h.ip) for h in host] == [
+        ("s.test", 5, 6, 1, "127.10.0.9")]
+    assert sorted(r.url for r in common.read(spark, conf, "fetch_log").collect()) == sorted(
+        [u, u + "a", u + "b", u + "c", u + "d"])
+    r = ledger.get_round(spark, conf, 1)
+    assert r["state"] == "updated" and r["counts"]["new_urls"] == 2 and r["seconds"]["update"] > 0
+
+
+def test_second_run_and_rerun_after_ledger_reset_change_nothing(spark, updated_a):
+    from jobs import ledger, update
+    conf = updated_a[0]
+    before = _content(spark, conf)
+    assert update.run(spark, conf)["skipped"] is True
+    assert _content(spark, conf) == before
+    # a crash after every write but before the ledger: the rerun changes no table (guards, txn versions)
+    counts = ledger.get_round(spark, conf, 1)["counts"]
+    ledger.set_state(spark, conf, 1, "fetched")
+    again = update.run(spark, conf, round_no=1, now=updated_a[2])
+    assert _content(spark, conf) == before
+    assert {k: again[k] for k in counts} == counts
+
+
+def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, tmp_path, monkeypatch):
+    from jobs import ledger, update
+    conf = config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"', "spark.shuffle_partitions=4",
+                                  "budget.max_pages_per_host=100"])
+    _seed(spark, conf)
+    ledger.set_state(spark, conf, 1, "fetched")
+    now = updated_a[2]
+
+    def boom(*a, **k):
+        raise RuntimeError("crash between the two MERGEs")
+    with monkeypatch.context() as m:
+        m.setattr(update, "_merge_hosts", boom)
+        with pytest.raises(RuntimeError):
+            update.run(spark, conf, now=now)
+    assert ledger.get_round(spark, conf, 1)["state"] == "fetched"
+    update.run(spark, conf, now=now)
+    assert _content(spark, conf) == _content(spark, updated_a[0])
+    got, want = (ledger.get_round(spark, c, 1)["counts"] for c in (conf, updated_a[0]))
+    assert got == want
