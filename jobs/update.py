@@ -116,7 +116,7 @@ import datetime as dt
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from crawl_udfs.config import Config, ConfigError
 from jobs import common, ledger
@@ -143,21 +143,26 @@ class Plan:
     links: Any
 
 
-def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: int, now: dt.datetime) -> Plan:
-    """The whole update of one round as DataFrames: pure, from the inputs as they were before it."""
+def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: int, now: dt.datetime,
+         keep: Callable[[Any], Any] = lambda df: df) -> Plan:
+    """The whole update of one round as DataFrames, from the inputs as they were before it.
+
+    ``keep`` is applied to the intermediate results used more than once (e.g.
+    ``DataFrame.persist``): without it every use recomputes its whole lineage.
+    """
     park = conf.politeness.park_duration_s
-    prepared = T.prepare(fetch_output, fetch_list, crawldb)
+    prepared = keep(T.prepare(fetch_output, fetch_list, crawldb))
     nxt = T.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
-    updated = T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s)
+    updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))
     new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
-    hosts_new = T.hosts_update(hosts, fetch_output, T.page_counts(updated), park_duration_s=park,
-                               round_no=round_no, now=now)
+    hosts_new = keep(common.conform(T.hosts_update(hosts, fetch_output, T.page_counts(updated), park_duration_s=park,
+                                                   round_no=round_no, now=now), TABLES["hosts"]))
     reached, exhausted = T.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host)
     budget = T.budget_rows(crawldb, reached, round_no=round_no)
-    source = T.merge_source(updated, new, budget, exhausted)
-    return Plan(updated=updated, crawldb_source=source, hosts=common.conform(hosts_new, TABLES["hosts"]),
+    source = keep(T.merge_source(updated, new, budget, exhausted))
+    return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
                 links=T.link_rows(prepared, round_no=round_no))
 
@@ -176,8 +181,12 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
         hosts = _before(spark, conf, "hosts", tag)
         fetch_output = common.read(spark, conf, "fetch_output").where(F.col("round") == n)
         fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
-        p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now)
-        cached = [d.persist(StorageLevel.MEMORY_AND_DISK) for d in (p.updated, p.crawldb_source, p.hosts)]
+        cached: list = []
+
+        def keep(df):
+            cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+            return df
+        p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, keep=keep)
         try:
             counts = _counts(p.crawldb_source)
             counts["hosts_updated"] = p.hosts.count()

@@ -323,7 +323,7 @@ def test_plan_hosts_counters_and_budget(spark):
                   duplicate_pages=0, new_content_pages=0, updated_round=0)]
     p = update.plan(frame(spark, olds, CRAWLDB), frame(spark, hosts, HOSTS),
                     frame(spark, pages + host_rows, FETCH_OUTPUT), frame(spark, [], FETCH_LIST), CONF,
-                    round_no=1, now=NOW)
+                    round_no=1, now=NOW, keep=lambda d: d.persist())
     h = {r.host: r.asDict() for r in p.hosts.collect()}
     ha, hb = h["a.test"], h["b.test"]
     assert (ha["pages_fetched"], ha["bytes_fetched"], ha["requests"]) == (12, 1157, 25)
