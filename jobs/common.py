@@ -70,7 +70,10 @@ def register_tables(spark, conf: Config) -> None:
     for t in TABLES.values():
         path = table_path(conf, t.name)
         if DeltaTable.isDeltaTable(spark, path):
-            spark.sql(f"CREATE TABLE IF NOT EXISTS {t.name} USING delta LOCATION '{path}'")
+            # The session catalog may name a table of another storage.root (tests,
+            # notebooks): these are external tables, so dropping the name keeps the data.
+            spark.sql(f"DROP TABLE IF EXISTS {t.name}")
+            spark.sql(f"CREATE TABLE {t.name} USING delta LOCATION '{path}'")
 
 
 def read(spark, conf: Config, name: str):

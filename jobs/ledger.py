@@ -40,7 +40,8 @@ def set_state(spark, conf: Config, n: int, state: str, *, counts: dict[str, int]
     row["round"], row["state"] = int(n), state
     stamp = {"generated": "generated_at", "fetching": "fetch_started_at", "fetched": "fetched_at",
              "updated": "updated_at"}[state]
-    row[stamp] = row.get(stamp) if fields.get(stamp) is None and old.get("state") == state else now_utc()
+    if fields.get(stamp) is None:  # an explicit stamp wins; re-entering a state keeps its first stamp
+        row[stamp] = old.get(stamp) if old.get("state") == state and old.get(stamp) else now_utc()
     row["counts"] = {**(old.get("counts") or {}), **(counts or {})}
     row["seconds"] = {**(old.get("seconds") or {}), **(seconds or {})}
     df = conform(spark.createDataFrame([row], TABLES["rounds"].schema), TABLES["rounds"])

@@ -17,46 +17,53 @@ Transforms: ``jobs/update_transforms.py``. Outputs, in this order:
    ``txnVersion = N``: a rerun of round N appends nothing.
 4. Ledger N ``updated`` with the counts of :data:`COUNTS` and ``seconds.update``.
 
-State-transition table (one row per page row; base = fetch_time, or the
-update's ``now`` when the URL was not fetched; intervals are [schedule] keys).
-Every row gets ``updated_round = N``, ``error_class`` = the page row's,
-``http_status`` = its status code, ``last_fetch_time`` = its fetch_time (when
-attempted). "+1 fetch" = ``fetch_count + 1`` when there was a response.
+State-transition table: one row per (outcome / status code); base = the page
+row's fetch_time, or the update's ``now`` when nothing was sent; intervals are
+``[schedule]`` keys; "+1 fetch" = ``fetch_count + 1`` when there was a response.
+Every row gets ``updated_round = N``, ``error_class`` = the page row's, and, when
+attempted, ``http_status`` = its code and ``last_fetch_time`` = its fetch_time.
+``fetch_interval_s`` becomes the interval named in the row.
 
-==========================================  ================  ===========  ==================================================
-outcome / status code                       new status        retries      next_fetch_time; what else changes
-==========================================  ================  ===========  ==================================================
-ok (2xx), digest new to the crawl            fetched           0            base + default_interval_s; +1 fetch; digest, simhash,
-                                                                            content_type, etag, last_modified, warc_record_id,
-                                                                            warc_fetch_time := this copy; redirect_to, dup_of := null;
-                                                                            digest ≠ previous → change_count+1, last_change_time;
-                                                                            = previous → unchanged_count+1; no previous → neither
-ok, digest = another URL's stored copy       duplicate         0            base + duplicate_interval_s; as ok; dup_of = original
-not_modified (304)                           not_modified      0            base + default_interval_s; +1 fetch; unchanged_count+1;
-                                             (duplicate, as ok)             keeps digest, simhash, content_type, warc_record_id,
-                                                                            warc_fetch_time (the stored copy); etag/last_modified
-                                                                            replaced only when the 304 sends new ones
-redirect 301, 308                            redirect_perm     0            base + redirect_perm_interval_s; +1 fetch; redirect_to;
-                                                                            target inserted (parent's depth, redirect_hops + 1)
-redirect 302, 303, 307 (any other 3xx)       redirect_temp     0            base + default_interval_s; as above
-redirect without a usable target (fetch's   error_final       retries+1    base + gone_interval_s; +1 fetch; redirect_to kept;
-error_class: bad_redirect, redirect_loop,                                   nothing inserted
-too_many_redirects, redirect_filtered:…)
-http_error 404, 410                          gone              0            base + gone_interval_s; +1 fetch
-http_error 408, 429, 5xx; error (timeout,    error_retry       retries+1    base + max(min(retry_base_s·2^old retries, retry_max_s),
-connect, dns, …); robots_unavailable                                        Retry-After); +1 fetch if a response; fetch_interval_s kept
-  … once retries+1 ≥ max_retries             error_final       retries+1    base + gone_interval_s
-http_error, any other 4xx                    error_final       retries+1    base + gone_interval_s; +1 fetch
-robots_denied                                robots_denied     0            base + robots_denied_interval_s
-deferred, not_attempted                      unchanged         unchanged    max(old, host's next_allowed_at, parked_until);
-                                                                            no counter; error_class = why (the only other change)
-==========================================  ================  ===========  ==================================================
+===  =================================  ==============  ==========  ===================================
+ #   outcome / status code              new status      retries     next_fetch_time
+===  =================================  ==============  ==========  ===================================
+ 1   ok (2xx)                           fetched         0           base + default_interval_s
+     +1 fetch; digest, simhash, content_type, etag, last_modified, warc_record_id, warc_fetch_time :=
+     this copy; redirect_to, dup_of := null. Digest ≠ the previous copy's: change_count + 1,
+     last_change_time = fetch_time; equal: unchanged_count + 1; no previous copy: neither.
+ 2   ok, digest = another URL's copy    duplicate       0           base + duplicate_interval_s
+     as 1, and dup_of = the original's url_fp (see "Exact duplicates").
+ 3   not_modified (304)                 not_modified    0           base + default_interval_s
+     +1 fetch; unchanged_count + 1; digest, simhash, content_type, warc_record_id, warc_fetch_time
+     kept (they name the stored copy, not the revisit); etag/last_modified replaced only when the
+     304 sends them. A 304 whose digest is another URL's copy becomes duplicate, as 2.
+ 4   redirect 301, 308                  redirect_perm   0           base + redirect_perm_interval_s
+     +1 fetch; redirect_to; the target is inserted (parent's depth, redirect_hops + 1).
+ 5   redirect 302, 303, 307, other 3xx  redirect_temp   0           base + default_interval_s
+     as 4.
+ 6   redirect without a usable target   error_final     retries+1   base + gone_interval_s
+     (fetch's error_class bad_redirect, redirect_loop, too_many_redirects, redirect_filtered:…):
+     +1 fetch; redirect_to kept; nothing inserted.
+ 7   http_error 404, 410                gone            0           base + gone_interval_s
+     +1 fetch.
+ 8   http_error 408, 429, 5xx; error    error_retry     retries+1   base + max(min(retry_base_s ·
+     (timeout, connect, dns, …);                                    2^old retries, retry_max_s),
+     robots_unavailable                                             Retry-After)
+     +1 fetch if a response; fetch_interval_s kept (back-off moves next_fetch_time only).
+ 9   as 8, retries+1 ≥ max_retries      error_final     retries+1   base + gone_interval_s
+10   http_error, any other 4xx          error_final     retries+1   base + gone_interval_s
+     +1 fetch.
+11   robots_denied                      robots_denied   0           base + robots_denied_interval_s
+12   deferred, not_attempted            unchanged       unchanged   max(old, host's next_allowed_at,
+                                                                    host's parked_until)
+     nothing else but error_class (why) and updated_round: "come back untouched".
+===  =================================  ==============  ==========  ===================================
 
-``fetch_interval_s`` becomes the interval named in the row (back-off delays move
-``next_fetch_time`` only). Exact duplicates: among this batch's ok/304 rows and
-the crawl DB's fetched/not_modified rows not re-decided by the batch, the
-original of a digest is the earliest ``first_seen`` (ties: smallest url_fp);
-every other ok/304 row of the batch with that digest is ``duplicate``.
+Exact duplicates: among this batch's ok/304 rows and the crawl DB's
+fetched/not_modified rows not re-decided by the batch, the original of a digest
+is the earliest ``first_seen`` (ties: smallest url_fp); every other ok/304 row
+of the batch with that digest is ``duplicate``. (Near-duplicates by SimHash are
+not looked up yet; ``simhash`` is stored for that.)
 
 New URLs: the outlinks of the round's pages (kinds a, area, frame, iframe,
 canonical, redirect). Dropped: nofollow links unless ``parse.follow_nofollow``

@@ -468,3 +468,11 @@ def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, 
     assert _content(spark, conf) == _content(spark, updated_a[0])
     got, want = (ledger.get_round(spark, c, 1)["counts"] for c in (conf, updated_a[0]))
     assert got == want
+
+
+def test_main_reports_a_missing_crawl_in_one_line(spark, tmp_path, capsys):
+    from jobs import update
+    rc = update.main(["--set", f'storage.root="{tmp_path / "none"}"', "--set", "spark.shuffle_partitions=4",
+                      "--set", "spark.master=local[2]"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "table rounds not found" in err and "\n" not in err
