@@ -35,5 +35,5 @@ def report(spark, conf: Config, *, last_rounds: int = 5) -> str:
         c = r["counts"] or {}
         out.append(f"  round {r['round']}: {r['state']}, generated {c.get('generated', 0)}, "
                    f"ok {c.get('fetched_ok', 0)}, new URLs {c.get('new_urls', 0)}, "
-                   f"seconds {sum((r['seconds'] or {}).values()):.1f}")
+                   f"seconds {(r['seconds'] or {}).get('round', 0.0):.1f}")
     return "\n".join(out)
