@@ -133,7 +133,6 @@ class _Task:
         self.sched = PolitenessScheduler(conf.politeness, clock=clock.now)
         self.results: dict[int, FetchResult] = {}   # id(item) -> result
         self.hosts: dict[str, _HostRun] = {}
-        self.leased_at: dict[int, float] = {}
         self.queued_at: dict[int, float] = {}
 
     # -- the loop -------------------------------------------------------------------------
@@ -210,7 +209,7 @@ class _Task:
                 policy = RobotsPolicy.from_fetch(seed.robots_status, seed.robots_body, seed.robots_fetched_at,
                                                  self.agent, self.conf.robots)
                 if policy.is_fresh(start):
-                    self._set_policy(run, policy, fetched_now=False)
+                    self._set_policy(run, policy)
             run.waiting.extend(items)
             for item in items:
                 self.queued_at[id(item)] = start
@@ -239,7 +238,7 @@ class _Task:
             run.robots_pending = True
             self.sched.add_front(run.name, _RobotsFetch(run.name))
 
-    def _set_policy(self, run: _HostRun, policy: RobotsPolicy, *, fetched_now: bool) -> None:
+    def _set_policy(self, run: _HostRun, policy: RobotsPolicy) -> None:
         run.policy = policy
         r = run.result
         r.robots_status, r.robots_body = policy.status, policy.body
@@ -270,7 +269,7 @@ class _Task:
         if run.policy is None or not run.policy.is_fresh(self.clock.now()):
             # The rules expired while the page waited: re-check with this lease, then retry the page.
             self.sched.add_front(host, item)
-            await self._fetch_robots(run, leased=True)
+            await self._fetch_robots(run)
             return
         if not run.policy.allowed(item.url):
             self.sched.unlease(host)
@@ -278,7 +277,7 @@ class _Task:
             return
         await self._fetch_page(run, item)
 
-    async def _fetch_robots(self, run: _HostRun, leased: bool = True) -> None:
+    async def _fetch_robots(self, run: _HostRun) -> None:
         url = run.scheme_port
         status, body, ip = None, None, None
         t0 = time.monotonic()
@@ -311,7 +310,7 @@ class _Task:
         response_time = time.monotonic() - t0
         run.robots_pending = False
         policy = RobotsPolicy.from_fetch(status, body, self.clock.now(), self.agent, self.conf.robots)
-        self._set_policy(run, policy, fetched_now=True)
+        self._set_policy(run, policy)
         if ip:
             run.result.ip = ip
         self.sched.release(run.name, response_time_s=response_time,
