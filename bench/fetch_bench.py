@@ -5,6 +5,7 @@ Run from the repository root with the venv's python::
     python -m bench.fetch_bench            # full run, ~3 minutes on 2 idle cores
     python -m bench.fetch_bench --quick    # smaller, under a minute on idle cores
     python -m bench.fetch_bench --profile  # also cProfile one crawler run of (b), print the top functions
+    python -m bench.fetch_bench --set fetch.parse_threads=0   # any config override, in every crawler run
 
 Every figure is a RATIO of two things measured side by side in one run, because
 absolute times drift on a shared machine. Each measured run is a fresh
@@ -29,7 +30,11 @@ scenario starts with an untimed warm-up request per host.
     variants run in turn (``A_VARIANTS``): the deployed defaults, the same with
     ``politeness.response_time_factor=0`` (delay = d exactly), and the defaults
     on a quarter of the hosts. The server's whole request log (warm-up and all
-    runs, spaced by d) is checked with ``web.violations(host_delay_s=d)``.
+    runs, spaced by d) is checked with ``web.violations(host_delay_s=d)``. The
+    table also gives the response times the task handed its scheduler ('sched
+    rt', recorded by wrapping ``PolitenessScheduler.release``): the delay's
+    response-time term is ``response_time_factor`` times the largest of a
+    host's last few, so with the defaults it matters once they pass d/10.
 
 (b) CPU-bound. H hosts, K pages each, host delay 0 and response-time factor 0
     (so the only limits are one request in flight per host, the per-IP cap and
@@ -38,7 +43,10 @@ scenario starts with an untimed warm-up request per host.
     (robots.txt plus the K pages per host, one in flight per host, the same
     per-IP cap and global cap, names resolved from the same hosts file by a
     trivial aiohttp resolver, the whole body read, nothing parsed or written).
-    Run A B A B ... after one untimed warm-up of each; ratio = A pages/s /
+    F = B plus, per page, the C work the engine cannot avoid (an lxml tree,
+    three SHA-1s, two gzip members at ``warc.gzip_level``), done inline: F/B is
+    the ratio an engine that did nothing else in Python would reach.
+    Run A B F A B F ... after one untimed warm-up of A and B; ratio = A pages/s /
     B pages/s, median and spread. CPU seconds of the client and of the server
     process are given per page, to show which side was the bottleneck, and the
     warm-up run of A carries in-situ timers (``_Timers``) that split A's CPU
@@ -176,7 +184,19 @@ def _worker_crawler(spec: dict) -> dict:
     from crawl_udfs.rows import FetchItem, HostResult
     from crawl_udfs.url_normalize import fingerprint, host_of
 
+    from crawl_udfs.scheduler import PolitenessScheduler
+
     conf = config.load(overrides=spec["overrides"])
+    # Record the response times the engine hands the scheduler (what response_time_factor multiplies).
+    response_times: list[float] = []
+    release = PolitenessScheduler.release
+
+    def recording_release(self, host, *, response_time_s, **kw):
+        if response_time_s is not None:
+            response_times.append(response_time_s * 1000)
+        return release(self, host, response_time_s=response_time_s, **kw)
+
+    PolitenessScheduler.release = recording_release  # type: ignore[method-assign]
     items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in spec["urls"]]
     # CPU time, not wall time: on a busy 2-core machine a send() that wakes the server would
     # otherwise be charged for the time the server ran instead of us.
@@ -204,6 +224,7 @@ def _worker_crawler(spec: dict) -> dict:
             "pages": outcomes.get("ok", 0), "requests": sum(h.requests for h in hosts),
             "outcomes": dict(outcomes), "warc_bytes": warc_bytes, "rss_before_mib": rss0,
             "first_byte_ms": _quantiles([r.t_first_byte_ms for r in results if r.t_first_byte_ms is not None]),
+            "sched_rt_ms": _quantiles(response_times),
             "maxrss_mib": _maxrss_mib(),
             "components_s": timers.seconds if timers else None}
 
@@ -221,6 +242,29 @@ def _worker_bare(spec: dict) -> dict:
 
         async def close(self) -> None:
             pass
+
+    floor = spec.get("floor", False)
+    if floor:
+        import hashlib
+        import zlib
+
+        from lxml import etree
+
+        from crawl_udfs import config
+
+        level = config.load(overrides=spec.get("overrides", [])).warc.gzip_level
+
+    def c_work(body: bytes) -> None:
+        """The engine's irreducible C work per page: lxml tree, SHA-1 (payload + 2 blocks), 2 gzip members."""
+        etree.fromstring(body, etree.HTMLParser(recover=True, remove_comments=True, remove_pis=True,
+                                                no_network=True, default_doctype=False))
+        hashlib.sha1(body).digest()
+        hashlib.sha1(b"GET / HTTP/1.1\r\n" * 8).digest()
+        hashlib.sha1(body).digest()
+        for block in (b"W" * 400 + b"GET / HTTP/1.1\r\n" * 8, b"W" * 600 + body):
+            gz = zlib.compressobj(level, zlib.DEFLATED, 31)
+            gz.compress(block)
+            gz.flush()
 
     by_host: dict[str, list[str]] = {}
     for u in spec["urls"]:
@@ -246,6 +290,8 @@ def _worker_bare(spec: dict) -> dict:
                     counts["bytes"] += len(body)
                     if resp.status == 200 and not u.endswith("/robots.txt"):
                         counts["pages"] += 1
+                        if floor:
+                            c_work(body)
 
             await asyncio.gather(*(one_host(h, us) for h, us in by_host.items()))
 
@@ -253,7 +299,7 @@ def _worker_bare(spec: dict) -> dict:
     w0, t0, c0 = time.time(), time.perf_counter(), time.process_time()
     asyncio.run(run())
     t1, c1, w1 = time.perf_counter(), time.process_time(), time.time()
-    return {"mode": "bare", "elapsed_s": t1 - t0, "cpu_s": c1 - c0, "start": w0, "end": w1,
+    return {"mode": "floor" if floor else "bare", "elapsed_s": t1 - t0, "cpu_s": c1 - c0, "start": w0, "end": w1,
             "pages": counts["pages"], "requests": counts["requests"], "bytes": counts["bytes"],
             "rss_before_mib": rss0, "maxrss_mib": _maxrss_mib()}
 
@@ -331,8 +377,12 @@ def pick_urls(plan, n_hosts: int, k: int) -> list[str]:
     raise SystemExit(f"only {hosts} sites have {k} fetchable pages; raise web_hosts")
 
 
+#: Extra ``section.key=value`` overrides for every crawler run (``--set``), e.g. to compare settings.
+EXTRA_OVERRIDES: list[str] = []
+
+
 def base_overrides(web) -> list[str]:
-    return [f'net.hosts_file="{web.hosts_file}"', 'net.allow_private_cidrs=["127.10.0.0/16"]']
+    return [f'net.hosts_file="{web.hosts_file}"', 'net.allow_private_cidrs=["127.10.0.0/16"]', *EXTRA_OVERRIDES]
 
 
 #: (a) runs each variant in turn: (name, share of the H hosts, extra overrides). The deployed
@@ -419,30 +469,36 @@ def scenario_b(p: Params, tmp: Path, runner: Runner, profile: bool) -> dict:
                      "concurrency": conf.fetch.max_concurrency, "ip_cap": conf.politeness.max_in_flight_per_ip,
                      "user_agent": conf.crawler.user_agent}
 
-        def crawler(tag: str, prof: str | None = None, components: bool = False) -> dict:
+        def crawler(tag: str, prof: str | None = None, components: bool = False, extra: tuple = ()) -> dict:
             warc = tmp / f"warc-b-{tag}"
-            out = runner.run({"mode": "crawler", "urls": urls, "overrides": overrides, "warc_dir": str(warc),
+            out = runner.run({"mode": "crawler", "urls": urls, "overrides": overrides + list(extra),
+                              "warc_dir": str(warc),
                               "profile": prof, "components": components}, web.proc.pid)
             shutil.rmtree(warc, ignore_errors=True)
             return out
 
         runner.run(bare_spec, web.proc.pid)  # warm-up: the server generates each host's pages on first use
         components = crawler("warmup", components=True)
+        floor_spec = dict(bare_spec, mode="floor", floor=True, overrides=overrides)
         pairs = []
         for i in range(p.b_pairs):
             a = crawler(str(i))
             b = runner.run(bare_spec, web.proc.pid)
-            pairs.append({"A": a, "B": b})
+            f = runner.run(floor_spec, web.proc.pid)
+            pairs.append({"A": a, "B": b, "F": f})
         prof_text = None
         if profile:
             prof_path = tmp / "crawler.prof"
-            a = crawler("profile", str(prof_path))
-            prof_text = (f"profiled run (cProfile with a CPU-time timer; it slows the run down): "
+            # cProfile sees one thread: profile with the page work inline on the event loop
+            a = crawler("profile", str(prof_path), extra=("fetch.parse_threads=0",))
+            prof_text = (f"profiled run (cProfile with a CPU-time timer, fetch.parse_threads=0 so that one thread "
+                         f"does all the work; it slows the run down): "
                          f"{a['pages']} pages in {a['elapsed_s']:.2f}s\n" + profile_summary(prof_path))
     for pair in pairs:
         for side in pair.values():
             side["pps"] = side["pages"] / side["elapsed_s"]
         pair["ratio"] = pair["A"]["pps"] / pair["B"]["pps"]
+        pair["floor_ratio"] = pair["F"]["pps"] / pair["B"]["pps"]
     ratios = [pair["ratio"] for pair in pairs]
     return {"H": H, "K": K, "latency_s": p.b_latency_s, "concurrency": bare_spec["concurrency"],
             "ip_cap": bare_spec["ip_cap"], "pairs": pairs, "components_run": components,
@@ -496,7 +552,8 @@ def report(a: dict | None, b: dict | None, p: Params, args, total_s: float) -> s
     load = " -> ".join("/".join(f"{x:.1f}" for x in la) for la in (args.load_start, os.getloadavg()))
     lines = [f"fetch engine benchmark  ({'--quick' if args.quick else 'full'}; {os.cpu_count()} CPUs; "
              f"python {sys.version.split()[0]}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; total {total_s:.0f}s; "
-             f"load average 1/5/15 min at start -> end: {load})", ""]
+             f"load average 1/5/15 min at start -> end: {load})"
+             + (f"; --set {' '.join(args.set)}" if args.set else ""), ""]
     if a is not None:
         lines += report_a(a)
     if b is not None:
@@ -518,7 +575,8 @@ def report_a(a: dict) -> list[str]:
     quarter = next((r["H"] for r in a["runs"] if r["variant"] == "defaults H/4"), "?")
     cols = (("variant", 12), ("H", 3), ("pages", 5), ("reqs", 5), ("wall s", 6), ("pages/s", 7), ("ratio", 6),
             ("vs L-aware", 10), ("vs srv span", 11), ("srv gap p50/p90/max s", 21), ("srv req p50/p90 ms", 18),
-            ("client 1st-byte p50/p90 ms", 26), ("host span p50/max s", 19), ("cpu s", 5),
+            ("client 1st-byte p50/p90 ms", 26), ("sched rt p50/p90/max ms", 23), ("host span p50/max s", 19),
+            ("cpu s", 5),
             ("peak RSS MiB (imports)", 22))
     lines = [
         f"(a) politeness-bound: {H} hosts x {K} pages (+1 robots.txt each), politeness.host_delay_s={d}, "
@@ -528,6 +586,8 @@ def report_a(a: dict) -> list[str]:
         f"requests: K+1 requests, K delays; requests take no time)",
         f"    latency-aware ideal = H*K/(K*d + (K+1)*L) ({H * K / (K * d + (K + 1) * L):.1f} pages/s for H={H})",
         "    ratio = (pages OK / wall time of fetch_partition) / ideal; 'vs srv span' uses the span the server saw;",
+        "    'client 1st-byte' = fetch() start to response headers as the task saw them; 'sched rt' = the response "
+        "time the task gave the scheduler (x response_time_factor = the delay's response-time term)",
         f"    gaps, request times and host spans (first request start to last end; ideal K*d+(K+1)*L = "
         f"{K * d + (K + 1) * L:.2f}s) are from the server's log",
         "    " + " ".join(f"{name:>{w}}" for name, w in cols),
@@ -537,6 +597,7 @@ def report_a(a: dict) -> list[str]:
                  f"{r['ratio']:.3f}", f"{r['ratio_latency_aware']:.3f}", _fmt(r["ratio_server_span"]),
                  _q(r["server_gap_s"], ("p50", "p90", "max"), ".3f"),
                  _q(r["server_request_ms"], ("p50", "p90"), ".1f"), _q(r["first_byte_ms"], ("p50", "p90"), ".1f"),
+                 _q(r.get("sched_rt_ms") or {"p50": None, "p90": None, "max": None}, ("p50", "p90", "max"), ".1f"),
                  _q(r["server_host_span_s"], ("p50", "max"), ".2f"), f"{r['cpu_s']:.2f}",
                  _rss(r))
         lines.append("    " + " ".join(f"{c:>{w}}" for c, (_, w) in zip(cells, cols)))
@@ -560,8 +621,11 @@ def report_b(b: dict) -> list[str]:
         f"response_time_factor=0, server latency {b['latency_s']}s; concurrency {b['concurrency']}, "
         f"per-IP cap {b['ip_cap']}, one in flight per host",
         "    A = fetch_partition (robots+scheduler+fetch+parse+SimHash+WARC);"
-        " B = bare aiohttp GET loop, same requests",
-        f"    {'pair':>4} {'A pages/s':>9} {'B pages/s':>9} {'A/B':>6} {'A cpu ms/pg':>11} {'B cpu ms/pg':>11} "
+        " B = bare aiohttp GET loop, same requests;",
+        "    F = B plus the engine's irreducible C work per page, done in the loop (lxml tree, 3 SHA-1s, 2 gzip "
+        "members at warc.gzip_level): F/B bounds what any engine doing that work on this loop can reach",
+        f"    {'pair':>4} {'A pages/s':>9} {'B pages/s':>9} {'A/B':>6} {'F pages/s':>9} {'F/B':>6} "
+        f"{'A cpu ms/pg':>11} {'B cpu ms/pg':>11} {'F cpu ms/pg':>11} "
         f"{'srv cpu ms/req A':>16} {'srv cpu ms/req B':>16} {'A peak RSS MiB (imports)':>24} "
         f"{'B peak RSS MiB (imports)':>24}",
     ]
@@ -569,15 +633,22 @@ def report_b(b: dict) -> list[str]:
         A, B = pair["A"], pair["B"]
         sa = A["server_cpu_s"] and A["server_cpu_s"] * 1000 / A["requests"]
         sb = B["server_cpu_s"] and B["server_cpu_s"] * 1000 / B["requests"]
-        lines.append(f"    {i:>4} {A['pps']:>9.1f} {B['pps']:>9.1f} {pair['ratio']:>6.3f} "
+        F = pair["F"]
+        lines.append(f"    {i:>4} {A['pps']:>9.1f} {B['pps']:>9.1f} {pair['ratio']:>6.3f} {F['pps']:>9.1f} "
+                     f"{pair['floor_ratio']:>6.3f} "
                      f"{A['cpu_s'] * 1000 / A['pages']:>11.2f} {B['cpu_s'] * 1000 / B['pages']:>11.2f} "
+                     f"{F['cpu_s'] * 1000 / F['pages']:>11.2f} "
                      f"{_fmt(sa, '.2f'):>16} {_fmt(sb, '.2f'):>16} {_rss(A):>24} {_rss(B):>24}")
     cpu_ratio = med([pair["B"]["cpu_s"] / pair["B"]["pages"] / (pair["A"]["cpu_s"] / pair["A"]["pages"])
                      for pair in b["pairs"]])
+    floor_cpu_ratio = med([pair["B"]["cpu_s"] / pair["B"]["pages"] / (pair["F"]["cpu_s"] / pair["F"]["pages"])
+                           for pair in b["pairs"]])
     lines += [f"    ratio A/B pages/s: median {b['median_ratio']:.3f} (min {b['min_ratio']:.3f}, "
               f"max {b['max_ratio']:.3f}, {len(b['pairs'])} pairs); "
               f"goal >= 0.5: {'MET' if b['median_ratio'] >= 0.5 else 'MISSED'}",
               f"    client CPU per page B/A (median): {cpu_ratio:.3f}",
+              f"    floor F/B pages/s: median {med([pair['floor_ratio'] for pair in b['pairs']]):.3f}; "
+              f"client CPU per page B/F (median): {floor_cpu_ratio:.3f}",
               f"    A outcomes: {b['pairs'][0]['A']['outcomes']}"]
     comp = b.get("components_run")
     if comp and comp.get("components_s"):
@@ -608,10 +679,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write every raw figure to this file")
     ap.add_argument("--only", choices=("a", "b"), help="run only scenario (a) or (b)")
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it (server logs, specs)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override a config key in every crawler run (repeatable), to compare settings")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker_main(args.worker)
+    EXTRA_OVERRIDES[:] = args.set
     p = QUICK if args.quick else FULL
     args.load_start = os.getloadavg()
     t0 = time.time()

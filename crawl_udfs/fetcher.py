@@ -33,6 +33,13 @@ Guarantees:
   (4) every connection handed out, new or reused, has its transport's peer
   address checked once more before the request is written (a refusal there,
   which (1)-(3) make impossible, is ``ssrf_blocked``); that peer is ``ip``.
+- Timed: ``t_first_byte_ms`` and ``t_total_ms`` run from the start of
+  ``fetch()`` as the caller's coroutine sees them (event-loop lag included);
+  ``t_server_ms`` runs from the request's write to the first response bytes
+  read off the socket, before any waiting coroutine resumes: the server's
+  time to first byte, which the politeness delay multiplies. ``last_bytes_at``
+  (a body read to its end only) is when the loop read the response's last
+  bytes (the fetch task's ``politeness.end_margin_s`` counts from there).
 - Nothing else: no redirects followed (the loop records Location), no cookies
   kept, no proxy or netrc from the environment, only http and https.
   ``fetch()`` never raises for network or HTTP trouble; it returns an
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import re
 import socket
 import time
@@ -56,6 +64,7 @@ from typing import Any, Callable, Iterator
 import aiohttp
 import brotli
 from aiohttp import client_exceptions as cx
+from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_exceptions import LineTooLong
 from yarl import URL
 
@@ -85,11 +94,13 @@ class FetchResponse:
     request_target: str                      # e.g. "/a?b=1", as sent
     request_headers: list[tuple[str, str]]   # exactly as sent, in order, Host first
     started_at: float                        # epoch seconds, from the injected wall clock
-    t_first_byte_ms: float | None            # request start -> response headers
+    t_first_byte_ms: float | None            # fetch() start -> response headers, as the caller saw it
     t_total_ms: float | None
     error_class: str | None                  # None on any HTTP response, else see _classify
     error_message: str | None                # also carries notes on responses (bomb, encoding)
     decoded: bool = True                     # False: body kept as received (unknown/corrupt encoding)
+    t_server_ms: float | None = None         # request written -> first response bytes read off the socket
+    last_bytes_at: float | None = None       # event-loop time (loop.time()) the last response bytes were read
 
 
 class _DecodeError(Exception):
@@ -233,6 +244,7 @@ class Fetcher:
         self._guard = AddressGuard(conf.net.allow_private_cidrs)
         self._session: aiohttp.ClientSession | None = None
         self._resolver: CachingResolver | None = None
+        self._hosts: dict[str, tuple[Any, bool]] = {}  # host -> (IP literal or None, non-canonical IPv4)
 
     async def __aenter__(self) -> "Fetcher":
         cache = DnsCache(self._f, self._conf.net, lookup=self._dns_lookup)
@@ -297,7 +309,10 @@ class Fetcher:
         phase = ctx.trace_request_ctx
         if isinstance(phase, SimpleNamespace) and phase.timeout is not None:
             loop = asyncio.get_running_loop()
-            first_byte = loop.time() + self._f.first_byte_timeout_s
+            phase.sent_at = now = loop.time()
+            if phase.proto is not None:
+                phase.proto.first_data_at = None  # a kept-alive connection carries no unsolicited bytes
+            first_byte = now + self._f.first_byte_timeout_s
             phase.sent, phase.first_byte_binding = True, first_byte < phase.deadline
             phase.timeout.reschedule(min(first_byte, phase.deadline))
 
@@ -324,8 +339,13 @@ class Fetcher:
             return fail("unsupported_scheme", f"scheme {u.scheme!r} is not fetched")
         if not host or not u.is_absolute():
             return fail("bad_url", f"{url!r}: no host")
-        literal = parse_ip(host)
-        if literal is None and re.fullmatch(r"[0-9a-fA-FxX.]+", host) and _inet_aton_ok(host):
+        known = self._hosts.get(host)
+        if known is None:
+            literal = parse_ip(host)
+            odd = literal is None and re.fullmatch(r"[0-9a-fA-FxX.]+", host) is not None and _inet_aton_ok(host)
+            known = self._hosts[host] = (literal, odd)
+        literal, odd = known
+        if odd:
             return fail("bad_url", f"{host!r} is a non-canonical IPv4 address")
         if literal is not None and not self._guard.check(literal):
             return fail("ssrf_blocked", f"refused to connect to {literal}")
@@ -343,7 +363,8 @@ class Fetcher:
         r.request_headers = [("Host", u.host_port_subcomponent or host)] + headers
 
         deadline = t0 + self._f.total_timeout_s
-        phase = SimpleNamespace(sent=False, first_byte_binding=False, deadline=deadline, timeout=None, ip=None)
+        phase = SimpleNamespace(sent=False, first_byte_binding=False, deadline=deadline, timeout=None, ip=None,
+                                proto=None, sent_at=None)
         token = _PHASE.set(phase)
         try:
             async with asyncio.timeout_at(deadline) as phase.timeout:
@@ -356,6 +377,9 @@ class Fetcher:
         phase.timeout = None
 
         r.t_first_byte_ms = (loop.time() - t0) * 1000
+        first_data_at = getattr(phase.proto, "first_data_at", None)
+        if first_data_at is not None and phase.sent_at is not None:
+            r.t_server_ms = max(0.0, first_data_at - phase.sent_at) * 1000
         r.request_headers = [(k, v) for k, v in resp.request_info.headers.items()]
         r.ip = phase.ip
         r.status, r.reason = resp.status, resp.reason
@@ -372,6 +396,8 @@ class Fetcher:
             else:
                 resp.close()
         r.t_total_ms = (loop.time() - t0) * 1000
+        if r.truncated is None and phase.proto is not None:
+            r.last_bytes_at = phase.proto.last_data_at
         return r
 
     async def _read_body(self, resp: aiohttp.ClientResponse, r: FetchResponse, cap: int, deadline: float) -> None:
@@ -463,7 +489,11 @@ class _GuardedConnector(aiohttp.TCPConnector):
 
     def __init__(self, guard: AddressGuard, **kwargs: Any):
         self._guard = guard
+        self._peer_ok: dict[str, bool] = {}  # guard verdicts per peer address (the guard never changes)
         super().__init__(socket_factory=self._socket, **kwargs)
+        # aiohttp's protocol factory (private, like _retry_connection above; aiohttp is pinned and
+        # tests/test_fetcher.py::test_server_time_excludes_event_loop_lag catches a change)
+        self._factory = functools.partial(_TimedHandler, loop=self._loop)
 
     def _socket(self, addr_info: tuple) -> socket.socket:
         family, type_, proto, _, address = addr_info
@@ -475,13 +505,40 @@ class _GuardedConnector(aiohttp.TCPConnector):
         conn = await super().connect(req, traces, timeout)
         peer = conn.transport.get_extra_info("peername") if conn.transport is not None else None
         ip = peer[0] if peer else None
-        if ip is not None and not self._guard.check(ip):
+        ok = self._peer_ok.get(ip) if ip is not None else True
+        if ok is None:
+            ok = self._peer_ok[ip] = self._guard.check(ip)
+        if not ok:
             conn.close()
             raise AddressBlocked(f"connected peer {ip} is refused")
         phase = _PHASE.get(None)
         if phase is not None:
             phase.ip = ip
+            phase.proto = conn.protocol
+            if phase.proto is not None:
+                phase.proto.first_data_at = None
         return conn
+
+
+class _TimedHandler(ResponseHandler):
+    """aiohttp's protocol, noting when bytes first arrive after a request is written.
+
+    ``data_received`` runs as soon as the event loop reads the socket, before any
+    coroutine waiting for the response is resumed, so ``first_data_at -
+    phase.sent_at`` is the server's time to first byte without the time the
+    task's own coroutines take to get round to the response (the politeness
+    scheduler's ``response_time_factor`` must react to the server, not to us).
+    """
+
+    first_data_at: float | None = None
+    last_data_at: float | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if data:
+            self.last_data_at = now = self._loop.time()
+            if self.first_data_at is None:
+                self.first_data_at = now
+        super().data_received(data)
 
 
 def _inet_aton_ok(host: str) -> bool:

@@ -25,20 +25,30 @@
   URL, possibly in another task if it is on another host. A self-redirect is
   reported as ``redirect_loop``; longer loops end because a target already in
   the crawl DB is not re-inserted, and chains end at ``fetch.max_redirect_hops``.
-- The event loop, HTTP session, DNS cache and WARC writer are created here and
-  closed in ``finally``; nothing survives into the next task run by the same
-  (reused) Python worker.
+- **CPU work stays off the politeness path.** A host is released the moment
+  its response body is in. What follows (parsing, SimHash, digests, WARC) runs
+  on ``fetch.parse_threads`` threads (0: inline on the event loop), so the
+  loop goes on reading responses and releasing hosts meanwhile; WARC records
+  are written by one thread at a time (a lock), an exchange's records together.
+  The host's response time (``politeness.response_time_factor``) is the
+  server's time to first byte (request written to first bytes read), so this
+  task's own CPU backlog never lengthens its delays.
+- The event loop, HTTP session, DNS cache, parse threads and WARC writer are
+  created here and closed in ``finally``; nothing survives into the next task
+  run by the same (reused) Python worker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 import email.utils
+import logging
 import math
+import os
+import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol
 
@@ -51,7 +61,7 @@ from crawl_udfs.scheduler import PolitenessScheduler
 from crawl_udfs.signatures import payload_digest
 from crawl_udfs.simhash import simhash
 from crawl_udfs.url_filter import UrlFilter
-from crawl_udfs.url_normalize import UrlNormalizer, fingerprint
+from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, fingerprint
 from crawl_udfs.warc import HttpExchange, RollingWarcWriter
 
 
@@ -129,9 +139,15 @@ class _Task:
         self.warc_name = warc_name
         self.agent = conf.crawler.agent_name
         self.normalizer = UrlNormalizer(conf.url)
+        # Outlinks repeat from page to page of a site (menus, footers): normalise and filter each once.
+        self.link_normalizer = CachedNormalizer(self.normalizer, conf.parse.link_cache_entries)
         self.url_filter = UrlFilter(conf.filter)
+        self.filter_memo: dict[str, str | None] = {}
         self.sched = PolitenessScheduler(conf.politeness, clock=clock.now)
-        self.results: dict[int, FetchResult] = {}   # id(item) -> result
+        self.results: dict[int, FetchResult] = {}   # id(item) -> result (written by parse threads too)
+        self.pool: ThreadPoolExecutor | None = None
+        self.warc_lock = threading.Lock()
+        self.failed: list[asyncio.Task] = []
         self.hosts: dict[str, _HostRun] = {}
         self.queued_at: dict[int, float] = {}
 
@@ -141,14 +157,21 @@ class _Task:
         deadline = start + self.conf.fetch.task_budget_s
         os.makedirs(self.warc_dir, exist_ok=True)
         warc = RollingWarcWriter(self.warc_dir, self.conf.warc, name_fn=self.warc_name)
+        threads = self.conf.fetch.parse_threads
         try:
+            if threads > 0:
+                self.pool = ThreadPoolExecutor(threads, thread_name_prefix="deltacrawl-parse")
             async with Fetcher(self.conf, wall_clock=self.clock.now) as fetcher:
                 self.fetcher, self.warc = fetcher, warc
                 self._admit_all(start)
                 await self._resolve_all()
                 await self._drive(deadline)
         finally:
-            warc.close()
+            try:
+                if self.pool is not None:
+                    self.pool.shutdown(wait=True)  # every page handed over is finished and written
+            finally:
+                warc.close()
         for item in self.sched.drain():
             self._finish_unattempted(item)
         for run in self.hosts.values():
@@ -169,23 +192,50 @@ class _Task:
                 await asyncio.gather(*running, return_exceptions=True)
 
     async def _drive_loop(self, deadline: float, running: set) -> None:
+        """Lease what the scheduler allows, then sleep until a request ends or a host falls due.
+
+        Each request task wakes the loop through a done-callback (O(1) per request,
+        where ``asyncio.wait`` would hook every running task on every wake-up).
+        """
+        loop = asyncio.get_running_loop()
         cap = self.conf.fetch.max_concurrency
+        wake: list[asyncio.Future | None] = [None]
+
+        def poke(_: object = None) -> None:
+            fut = wake[0]
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+        def done(t: asyncio.Task) -> None:
+            running.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                self.failed.append(t)
+            poke()
+
         while True:
+            if self.failed:
+                self.failed[0].result()  # surface bugs: _handle catches every expected failure itself
             now = self.clock.now()
             if now < deadline:
                 while len(running) < cap and (lease := self.sched.lease()) is not None:
-                    running.add(asyncio.ensure_future(self._handle(*lease)))
+                    t = loop.create_task(self._handle(*lease))
+                    running.add(t)
+                    t.add_done_callback(done)
             self._collect_deferred()
             if not running and (now >= deadline or self.sched.pending() == 0):
                 return
-            wake = self.sched.next_wakeup()
-            timeout = deadline - now if wake is None else min(wake, deadline) - now
+            wake_at = self.sched.next_wakeup()
+            timeout = deadline - now if wake_at is None else min(wake_at, deadline) - now
             if running:
-                done, _ = await asyncio.wait(running, timeout=max(0.0, timeout) if now < deadline else None,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                running -= done
-                for t in done:
-                    t.result()  # surface bugs: _handle catches every expected failure itself
+                wake[0] = loop.create_future()
+                # At the cap, or past the deadline, only a request ending can change anything.
+                timer = loop.call_later(max(0.0, timeout), poke) if now < deadline and len(running) < cap else None
+                try:
+                    await wake[0]
+                finally:
+                    wake[0] = None
+                    if timer is not None:
+                        timer.cancel()
             elif timeout > 0:
                 await self.clock.sleep(timeout)
 
@@ -280,11 +330,13 @@ class _Task:
     async def _fetch_robots(self, run: _HostRun) -> None:
         url = run.scheme_port
         status, body, ip = None, None, None
-        t0 = time.monotonic()
+        response_time = 0.0
+        resp = None
         hops = 0
         delay = self.conf.politeness.host_delay_s
         while True:
             resp = await self.fetcher.fetch(url, accept_robots=True)
+            response_time = max(response_time, _response_time_s(resp))
             if resp.error_class not in NOT_SENT:
                 run.result.requests += 1
                 run.result.robots_requests += 1
@@ -307,13 +359,13 @@ class _Task:
             if 300 <= status < 400:
                 status, body = None, None  # too many redirects: unreachable (RFC 9309 §2.3.1.2)
             break
-        response_time = time.monotonic() - t0
         run.robots_pending = False
         policy = RobotsPolicy.from_fetch(status, body, self.clock.now(), self.agent, self.conf.robots)
         self._set_policy(run, policy)
         if ip:
             run.result.ip = ip
         self.sched.release(run.name, response_time_s=response_time,
+                           ended_at=self._ended_at(resp) if resp is not None else None,
                            status=status if status is not None and status >= 500 else None,
                            error=status is None)
         if policy.unavailable:
@@ -336,8 +388,36 @@ class _Task:
         retry_after = None
         if status in (429, 503):
             retry_after = _retry_after(_header(resp.headers, "retry-after"), self.clock.now())
-        self.sched.release(run.name, response_time_s=(resp.t_first_byte_ms or resp.t_total_ms or 0.0) / 1000.0,
+        self.sched.release(run.name, response_time_s=_response_time_s(resp), ended_at=self._ended_at(resp),
                            status=status, error=resp.error_class is not None, retry_after_s=retry_after)
+        if self.pool is None:
+            self._page_done(item, resp, waited, retry_after)
+        else:
+            # Shielded: a page handed over is finished (result and WARC) even if this task is cancelled.
+            await asyncio.shield(asyncio.get_running_loop().run_in_executor(
+                self.pool, self._page_done, item, resp, waited, retry_after))
+        if status is not None and status >= 400 and run.policy is not None:
+            age = self.clock.now() - run.policy.fetched_at
+            if age >= self.conf.robots.recheck_after_error_s:
+                self._request_robots(run)
+
+    def _ended_at(self, resp: FetchResponse) -> float | None:
+        """When the host's request counts as ended, in the task clock's timebase (None: now).
+
+        Now, but at least ``politeness.end_margin_s`` after the loop read the response's
+        last bytes: a server may log the end of a request a little after it sent them,
+        and its log must still show the whole delay. (Counting from the read itself
+        would gain the time the loop took to get round to this response, but a server
+        delayed in logging would then see a short gap; measured, bench/RESULTS.md.)
+        """
+        if resp.last_bytes_at is None:
+            return None
+        short = self.conf.politeness.end_margin_s - (asyncio.get_running_loop().time() - resp.last_bytes_at)
+        return self.clock.now() + short if short > 0 else None
+
+    # -- results --------------------------------------------------------------------------
+    def _page_done(self, item: FetchItem, resp: FetchResponse, waited: float, retry_after: float | None) -> None:
+        """Everything after the body, on a parse thread (or inline): the page's FetchResult."""
         try:
             result = self._classify(item, resp)
         except Exception as e:  # a bug in parsing one page must not sink the task
@@ -348,12 +428,7 @@ class _Task:
         result.politeness_wait_ms = waited
         result.retry_after_s = retry_after
         self.results[id(item)] = result
-        if status is not None and status >= 400 and run.policy is not None:
-            age = self.clock.now() - run.policy.fetched_at
-            if age >= self.conf.robots.recheck_after_error_s:
-                self._request_robots(run)
 
-    # -- results --------------------------------------------------------------------------
     def _classify(self, item: FetchItem, resp: FetchResponse) -> FetchResult:
         keep = self.conf.fetch.keep_headers
         headers = {k.lower(): _clean(v) for k, v in resp.headers if k.lower() in keep}
@@ -379,12 +454,14 @@ class _Task:
         if status == 304:
             r.outcome = Outcome.NOT_MODIFIED.value
             r.digest = item.prev_digest
-            ptr = self.warc.write_revisit(exchange, refers_to=item.prev_warc_record_id,
-                                          refers_to_uri=item.url, refers_to_date=item.prev_fetch_time)
+            with self.warc_lock:
+                ptr = self.warc.write_revisit(exchange, refers_to=item.prev_warc_record_id,
+                                              refers_to_uri=item.url, refers_to_date=item.prev_fetch_time)
             self._point(r, ptr)
             return r
         digest = payload_digest(resp.body)
-        ptr = self.warc.write_exchange(exchange, payload_digest=digest)
+        with self.warc_lock:
+            ptr = self.warc.write_exchange(exchange, payload_digest=digest)
         self._point(r, ptr)
         r.digest = digest
         r.content_length = len(resp.body)
@@ -409,16 +486,26 @@ class _Task:
             return r
         r.outcome = Outcome.OK.value
         parsed = parse(resp.body, url=item.url, content_type=ctype or None, headers=headers,
-                       normalizer=self.normalizer, parse_conf=self.conf.parse, agent_name=self.agent)
+                       normalizer=self.link_normalizer, parse_conf=self.conf.parse, agent_name=self.agent)
         r.charset = parsed.charset
         r.title = parsed.title
         r.canonical = parsed.canonical
         r.noindex, r.nofollow = parsed.noindex, parsed.nofollow
-        r.outlinks = [o for o in parsed.outlinks if o.kind == "canonical" or self.url_filter.reason(o.url) is None]
+        r.outlinks = [o for o in parsed.outlinks if o.kind == "canonical" or self._filter_reason(o.url) is None]
         r.outlinks_filtered = len(parsed.outlinks) - len(r.outlinks)
         if parsed.is_html and parsed.main_text.strip():
             r.simhash = simhash(parsed.main_text, self.conf.simhash.shingle_words)
         return r
+
+    def _filter_reason(self, url: str) -> str | None:
+        """``UrlFilter.reason``, remembered per URL (bounded like the link cache)."""
+        memo = self.filter_memo
+        why = memo.get(url, memo)  # the dict itself as "missing": None is a verdict
+        if why is memo:
+            if len(memo) >= self.conf.parse.link_cache_entries:
+                memo.clear()
+            why = memo[url] = self.url_filter.reason(url)
+        return why
 
     @staticmethod
     def _point(r: FetchResult, ptr) -> None:
@@ -461,6 +548,16 @@ class _Task:
         r.parked, r.park_reason = state.parked, state.park_reason
         r.ip = r.ip or state.ip
         return r
+
+
+def _response_time_s(resp: FetchResponse) -> float:
+    """The server's response time for the politeness delay: time to first byte off the socket.
+
+    Falls back to the time ``fetch()`` took to see the headers, then to the whole
+    request, when the finer measure is missing (e.g. a failure before any response).
+    """
+    ms = resp.t_server_ms if resp.t_server_ms is not None else (resp.t_first_byte_ms or resp.t_total_ms or 0.0)
+    return ms / 1000.0
 
 
 def _clean(value: str) -> str:

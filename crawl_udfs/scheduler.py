@@ -8,7 +8,8 @@ Guarantees (with the default ``politeness.max_in_flight_per_host = 1``):
   requests may start together; the delay below then runs from each end).
 - **Never a request to a host earlier than delay after the end of the previous
   one.** A lease is granted only when ``clock() >= next_allowed_at``, and each
-  :meth:`~PolitenessScheduler.release` (at ``end = clock()``) sets
+  :meth:`~PolitenessScheduler.release` (at ``end = clock()``, or the
+  ``ended_at`` the caller passes: when it saw the request end) sets
   ``next_allowed_at = max(next_allowed_at, end + delay)`` where::
 
       delay = max(host_delay_s, robots Crawl-delay,
@@ -196,17 +197,20 @@ class PolitenessScheduler:
         return None
 
     def release(self, host: str, *, response_time_s: float | None, status: int | None = None,
-                error: bool = False, retry_after_s: float | None = None) -> None:
-        """End one in-flight request to ``host`` now and set when the next may start.
+                error: bool = False, retry_after_s: float | None = None, ended_at: float | None = None) -> None:
+        """End one in-flight request to ``host`` and set when the next may start.
 
         ``response_time_s`` is the caller's measured time of the request (None when there was
         no response: nothing is remembered); ``error`` means timeout/connect/DNS failure.
+        ``ended_at`` is when the request counts as ended, default now: the caller may pass
+        when it read the response's last bytes, if that was before this call, plus a margin
+        (so it may lie in the future). It must never be before the request really ended.
         Each lease must be released exactly once.
         """
         h = self._hosts.get(host)
         if h is None or h.in_flight == 0:
             raise ValueError(f"release of {host!r} without a lease in flight")
-        end = self._clock()
+        end = self._clock() if ended_at is None else ended_at
         h.in_flight -= 1
         self._in_flight -= 1
         if h.ip is not None:

@@ -17,9 +17,25 @@ from __future__ import annotations
 import base64
 import hashlib
 
-__all__ = ["payload_digest"]
+__all__ = ["payload_digest", "sha1_digest"]
+
+
+def sha1_digest(*parts: bytes) -> str:
+    """``"sha1:"`` + base32 of SHA-1 of the concatenated ``parts``: the form of WARC-Payload-Digest and
+    WARC-Block-Digest (warcio's ``Digester``; Common Crawl's ``content_digest`` without the prefix).
+
+    The one implementation: :mod:`crawl_udfs.warc` digests blocks with it too.
+    """
+    sha = hashlib.sha1()
+    for part in parts:
+        sha.update(part)
+    return "sha1:" + base64.b32encode(sha.digest()).decode("ascii")
 
 
 def payload_digest(data: bytes) -> str:
-    """``"sha1:"`` + base32 of SHA-1 of ``data``, as in ``WARC-Payload-Digest``."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
+    """``"sha1:"`` + base32 of SHA-1 of ``data``, as in ``WARC-Payload-Digest``.
+
+    The fetch task computes it once per page and hands it to the WARC writer
+    (``write_exchange(payload_digest=...)``), so a body is digested once for it.
+    """
+    return sha1_digest(data)

@@ -35,10 +35,14 @@ overlapping; 2-word put 2. Small edits move a 4-shingle SimHash of a short
 text by ~2.5 bits on average, so k = 3 misses a fifth to a quarter of them;
 2 (the default) keeps different texts as far apart and finds more.
 
-Speed: the per-bit sums run over a numpy (shingles x 64) bit matrix, in chunks
-so memory stays bounded on multi-megabyte texts: ~0.3 ms for 400 words (half
-of it tokenising) against ~3 ms for a Python loop over the 64 bits of each
-shingle; ~0.7 s for 5 MB of text.
+Speed: no Python bytecode runs per word or per shingle. Tokens come from one
+``findall``; all-digit words are swapped by a ``dict.get`` map; shingles are
+joined, encoded and hashed by ``map`` chains of C functions feeding
+``numpy.fromiter``; the per-bit sums run over a numpy (shingles x 64) bit
+matrix (``unpackbits`` of the hashes' bytes), in chunks so memory stays
+bounded on multi-megabyte texts, and the result bits are packed back by
+``packbits``. ~0.1 ms for a 170-word page (about half of it tokenising),
+against ~3 ms for a Python loop over the 64 bits of each shingle.
 """
 
 from __future__ import annotations
@@ -70,12 +74,16 @@ def words(text: str) -> list[str]:
     """The tokens SimHash shingles: lower-cased words, all-digit words as ``#``."""
     text = text.lower()
     pattern = _WORD if _HAS_NOSPACE.search(text) else _PLAIN_WORD
-    return ["#" if w.isdecimal() else w for w in pattern.findall(text)]
+    tokens = pattern.findall(text)
+    numbers = dict.fromkeys(filter(str.isdecimal, tokens), "#")
+    return list(map(numbers.get, tokens, tokens)) if numbers else tokens
 
 
 def _shingles(tokens: list[str], n: int):
     if len(tokens) <= n:
         return iter((" ".join(tokens),))
+    if n == 2:
+        return map(" ".join, zip(tokens, islice(tokens, 1, None)))
     return map(" ".join, zip(*(islice(tokens, i, None) for i in range(n))))
 
 
@@ -92,20 +100,19 @@ def simhash(text: str, shingle_words: int | None = None) -> int:
     if not tokens:
         return EMPTY
     total = len(tokens) - n + 1 if len(tokens) > n else 1
-    hashes = np.fromiter(
-        map(xxhash.xxh64_intdigest, (s.encode("utf-8", "surrogatepass") for s in _shingles(tokens, n))),
-        dtype=np.uint64,
-        count=total,
-    )
+    try:
+        hashes = np.fromiter(map(xxhash.xxh64_intdigest, map(str.encode, _shingles(tokens, n))),
+                             dtype=np.uint64, count=total)
+    except UnicodeEncodeError:  # a lone surrogate: hash its UTF-8-with-surrogates bytes, as always
+        hashes = np.fromiter((xxhash.xxh64_intdigest(s.encode("utf-8", "surrogatepass"))
+                              for s in _shingles(tokens, n)), dtype=np.uint64, count=total)
     ones = np.zeros(64, dtype=np.int64)
     for start in range(0, total, _CHUNK):
         chunk = hashes[start : start + _CHUNK].astype("<u8", copy=False)
         bits = np.unpackbits(chunk.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
         ones += bits.sum(axis=0, dtype=np.int64)
     # bit b is set when more shingles have it set than clear: ones > total - ones
-    value = 0
-    for b in np.flatnonzero(2 * ones > total):
-        value |= 1 << int(b)
+    value = int(np.packbits(2 * ones > total, bitorder="little").view("<u8")[0])
     return value - (1 << 64) if value >= 1 << 63 else value
 
 

@@ -42,7 +42,7 @@ from ada_url import URL, idna
 
 from crawl_udfs.config import ConfigError, Section
 
-__all__ = ["UrlNormalizer", "normalize", "fingerprint", "host_of"]
+__all__ = ["UrlNormalizer", "CachedNormalizer", "normalize", "fingerprint", "host_of"]
 
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -206,6 +206,68 @@ class UrlNormalizer:
         if self.sort_query:
             pieces.sort(key=lambda p: p.partition("=")[::2])
         return "?" + "&".join(pieces)
+
+
+_MISS = object()
+_NOT_PLAIN = re.compile(r"[^!$&'()*+,\-./0-9;=?@A-Z_a-z~%]")  # a character that could change how a ref parses
+
+
+class CachedNormalizer:
+    """A :class:`UrlNormalizer` with a bounded memo, keyed so one entry serves many pages of a site.
+
+    Same results as the wrapped normaliser, by construction of the key
+    ``(scope, url)``: ``scope`` is the part of ``base`` the WHATWG resolution of
+    ``url`` can depend on. Given a valid base, an absolute ``http(s)://`` reference
+    depends on no more; a path-absolute one (``/x``) only on the base's origin; a
+    plain path-relative one (``x/y.html``, ``../z``) only on the base's directory.
+    These narrower scopes are used only when ``base`` is itself a result of this
+    normaliser (valid, and a fixed point: no fragment, backslash, tab or dot
+    segment left to change the split) and, for the relative ones, the reference
+    is made of plain URL characters; anything else is keyed by the whole base.
+    Menus and footers repeat on every page of a site, so most of a page's links
+    hit. The memo is emptied when it reaches ``max_entries``.
+    Thread-safe under the GIL (single dict operations).
+    """
+
+    __slots__ = ("_norm", "_memo", "_outputs", "_max")
+
+    def __init__(self, normalizer: UrlNormalizer, max_entries: int):
+        self._norm = normalizer
+        self._memo: dict[tuple[str | None, str], str | None] = {}
+        self._outputs: set[str] = set()
+        self._max = max(1, int(max_entries))
+
+    def normalize(self, url: str, base: str | None = None) -> str | None:
+        if not isinstance(url, str) or (base is not None and not isinstance(base, str)):
+            return self._norm.normalize(url, base)
+        key = (self._scope(url, base), url)
+        out = self._memo.get(key, _MISS)
+        if out is _MISS:
+            out = self._norm.normalize(url, base)
+            if len(self._memo) >= self._max:
+                self._memo.clear()
+                self._outputs.clear()
+            self._memo[key] = out
+            if out is not None:
+                self._outputs.add(out)
+        return out
+
+    def _scope(self, url: str, base: str | None) -> str | None:
+        if base is None:
+            return None
+        if base not in self._outputs:  # an unparsable base fails even an absolute reference
+            return base
+        if url.startswith(("http://", "https://")):
+            return ""
+        if not url or _NOT_PLAIN.search(url) or url[0] in "?#":
+            return base
+        authority = base.find("/", base.find("//") + 2)  # a result always has "/" after its authority
+        if url[0] == "/":
+            return base[:authority] if url[1:2] != "/" else base
+        if ":" in url.partition("/")[0]:  # may be a scheme ("http:x", "mailto:")
+            return base
+        query = base.find("?")
+        return "\x00" + base[: base.rfind("/", 0, query if query >= 0 else len(base)) + 1]
 
 
 _DEFAULT: UrlNormalizer | None = None

@@ -40,8 +40,6 @@ files in one directory, named by the caller, rolled over after ``warc.max_file_b
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import time
 import uuid
@@ -52,6 +50,7 @@ from importlib import metadata as _metadata
 from typing import BinaryIO, Callable, Iterable, Mapping
 
 from crawl_udfs.config import Section
+from crawl_udfs.signatures import sha1_digest  # noqa: F401  (re-exported: warc.sha1_digest)
 
 WARC_VERSION = b"WARC/1.1"
 REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -59,6 +58,7 @@ CONFORMS_TO = "https://iipc.github.io/warc-specifications/specifications/warc-fo
 TRUNCATION_REASONS = frozenset({"length", "time", "disconnect", "unspecified"})
 HIDDEN_HEADER_PREFIX = b"X-Crawler-"
 _HIDDEN_HEADERS = frozenset({b"content-encoding", b"transfer-encoding", b"content-length"})
+_HIDDEN_LENGTHS = frozenset(map(len, _HIDDEN_HEADERS))
 _CRLF = b"\r\n"
 _EPOCH = datetime(1970, 1, 1)
 
@@ -104,15 +104,6 @@ class HttpExchange:
     metadata: dict[str, str] = field(default_factory=dict)  # more warc-fields for the metadata record
 
 
-def sha1_digest(*parts: bytes) -> str:
-    """``sha1:BASE32`` of the concatenated ``parts``: the form of WARC-Payload-Digest and
-    WARC-Block-Digest (warcio's ``Digester``; Common Crawl's ``content_digest`` without the prefix)."""
-    sha = hashlib.sha1()
-    for part in parts:
-        sha.update(part)
-    return "sha1:" + base64.b32encode(sha.digest()).decode("ascii")
-
-
 def warc_date(epoch_s: float) -> str:
     """UTC ISO-8601 with milliseconds, e.g. ``2024-05-06T07:08:09.123Z``."""
     ms = round(epoch_s * 1000)
@@ -139,16 +130,18 @@ def warcinfo_fields(warc_conf: Section, *, software: str | None = None,
 
 def _octets(value: str | bytes) -> bytes:
     raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
-    return raw.replace(b"\r", b" ").replace(b"\n", b" ")
+    if b"\r" in raw or b"\n" in raw:
+        raw = raw.replace(b"\r", b" ").replace(b"\n", b" ")
+    return raw
 
 
 def _http_headers(lines: Iterable[Header], *, hide_framing: bool) -> list[bytes]:
     out = []
     for name, value in lines:
         n = _octets(name)
-        if hide_framing and n.lower() in _HIDDEN_HEADERS:
+        if hide_framing and len(n) in _HIDDEN_LENGTHS and n.lower() in _HIDDEN_HEADERS:
             n = HIDDEN_HEADER_PREFIX + n
-        out.append(n + b": " + _octets(value) + _CRLF)
+        out.append(b"%s: %s\r\n" % (n, _octets(value)))
     return out
 
 
@@ -161,8 +154,10 @@ class WarcRecordWriter:
 
     def __init__(self, stream: BinaryIO, *, warcinfo_fields: Mapping[str, str],
                  record_id_fn: Callable[[], str] | None = None,
-                 now_fn: Callable[[], float] | None = None):
+                 now_fn: Callable[[], float] | None = None, gzip_level: int = zlib.Z_DEFAULT_COMPRESSION):
+        """``gzip_level`` is zlib's 0-9 (-1: zlib's default, 6); a fetch task passes ``warc.gzip_level``."""
         self._stream = stream
+        self._level = gzip_level
         self._fields = dict(warcinfo_fields)
         self._new_id = record_id_fn or new_record_id
         self._now = now_fn or time.time
@@ -266,7 +261,7 @@ class WarcRecordWriter:
                 raise ValueError(f"WARC header {name} contains CR or LF: {value!r}")
             head.append(f"{name}: {value}\r\n".encode("utf-8"))
         head.append(_CRLF)
-        gz = zlib.compressobj(wbits=31)  # gzip container, zlib's default level
+        gz = zlib.compressobj(self._level, zlib.DEFLATED, 31)  # gzip container
         start = self.bytes_written
         for part in [b"".join(head), *block, _CRLF + _CRLF]:
             self._emit(gz.compress(part))
@@ -293,6 +288,7 @@ class RollingWarcWriter:
                  software: str | None = None, extra_warcinfo: Mapping[str, str] | None = None):
         self._dir = directory
         self._max_bytes = warc_conf.max_file_bytes
+        self._gzip_level = warc_conf.gzip_level
         self._name_fn = name_fn
         self._record_id_fn = record_id_fn
         self._now_fn = now_fn
@@ -335,7 +331,8 @@ class RollingWarcWriter:
             self.files.append(path)
             self._name = name
             self._writer = WarcRecordWriter(self._file, warcinfo_fields=self._fields,
-                                            record_id_fn=self._record_id_fn, now_fn=self._now_fn)
+                                            record_id_fn=self._record_id_fn, now_fn=self._now_fn,
+                                            gzip_level=self._gzip_level)
             self._writer.write_warcinfo(name)
         return self._writer
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from crawl_udfs import config
@@ -34,11 +35,15 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("round", help="one generate -> fetch -> update cycle (finishes an interrupted round first)")
     cr = sub.add_parser("crawl", help="up to N rounds; stops early when nothing is due")
     cr.add_argument("--rounds", type=int, required=True)
+    ex = sub.add_parser("export", help="WARC files, Parquet index (Common Crawl columns) and CDXJ into DIR")
+    ex.add_argument("--out", required=True, metavar="DIR", help="export directory (warc/, index/, cdxj/ replaced)")
     sq = sub.add_parser("sql", help="run a SQL query over the registered tables")
     sq.add_argument("query")
     sq.add_argument("--format", choices=["table", "json", "csv"], default="table")
     sq.add_argument("--limit", type=int, default=1000, help="most rows printed (table format)")
-    sub.add_parser("status", help="frontier size, due URLs, hosts, last rounds")
+    st = sub.add_parser("status", help="frontier size, due URLs, hosts, last rounds")
+    st.add_argument("--hosts", action="store_true",
+                    help="list every host out of budget, throttled or parked, with the reason")
     return p
 
 
@@ -48,16 +53,18 @@ def main(argv: list[str] | None = None) -> int:
         conf = config.load(args.conf, args.overrides)
         return _dispatch(args, conf)
     except ConfigError as e:
+        if args.debug or os.environ.get("DELTACRAWL_DEBUG"):
+            raise
         print(f"deltacrawl: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("deltacrawl: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - the operator gets one line, --debug the rest
-        if args.debug:
+        if args.debug or os.environ.get("DELTACRAWL_DEBUG"):
             raise
-        print(f"deltacrawl: {args.command} failed: {_one_line(e)} (rerun to resume; --debug for details)",
-              file=sys.stderr)
+        from jobs.common import error_hint, error_line
+        print(f"deltacrawl: {args.command} failed: {error_line(e)}; {error_hint(e)}", file=sys.stderr)
         return 1
 
 
@@ -95,11 +102,14 @@ def _dispatch(args, conf) -> int:
         n = 1 if args.command == "round" else args.rounds
         done = rounds.crawl(spark, conf, n, out=sys.stdout)
         print(f"{done} round(s) completed")
+    elif args.command == "export":
+        from jobs import export
+        _print_counts("export", export.run(spark, conf, args.out))
     elif args.command == "sql":
         _sql(spark, args.query, args.format, args.limit)
     elif args.command == "status":
         from jobs import status
-        print(status.report(spark, conf))
+        print(status.hosts_report(spark, conf) if args.hosts else status.report(spark, conf))
     return 0
 
 

@@ -115,3 +115,39 @@ class Timer:
 
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self.t0
+
+
+# -- errors an operator reads -----------------------------------------------------------------------
+_CONFLICT_NAMES = ("Concurrent", "MetadataChangedException", "ProtocolChangedException")
+
+
+def error_line(e: BaseException) -> str:
+    """``ExceptionType: first line of its message`` (at most 300 characters).
+
+    A raw Py4J error says only "An error occurred while calling o123.execute";
+    the Java exception it wraps is what names the problem, so that one is used.
+    """
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        try:
+            text = str(java.toString())
+        except Exception:  # noqa: BLE001 - the JVM may be gone
+            text = ""
+        if text:
+            return text.strip().splitlines()[0][:300]
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def error_hint(e: BaseException) -> str:
+    """What the operator should do about ``e``, for the one-line message."""
+    line = error_line(e)
+    if any(n in type(e).__name__ or n in line for n in _CONFLICT_NAMES) or "DELTA_CONCURRENT" in line:
+        return ("another writer committed to the same table meanwhile (run one deltacrawl per storage.root); "
+                "nothing of the failed step was committed: rerun the same command to resume the round")
+    if "JAVA_GATEWAY_EXITED" in line or "Java gateway process exited" in line:
+        return "the JVM did not start: check Java (17+), spark.* settings and the output above"
+    if isinstance(e, OSError) or any(s in line for s in ("IOException", "AccessDenied", "Permission denied",
+                                                          "No space left", "FileSystem")):
+        return "a storage write or read failed: check storage.root is reachable and writable, then rerun to resume"
+    return "rerun the same command to resume; --debug (or DELTACRAWL_DEBUG=1) shows the traceback"

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Iterator
 from crawl_udfs.config import Config, ConfigError
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
-from jobs import common, ledger, warc_staging
+from jobs import common, faults, ledger, warc_staging
 from schemas.tables import FETCH_OUTPUT
 
 #: Columns of the one input DataFrame: ``kind`` = "item" (a fetch-list row) or "host" (a hosts row).
@@ -117,6 +117,7 @@ class FetchTask:
         pid, attempt = ctx.partitionId(), ctx.attemptNumber()
         tmp = tempfile.mkdtemp(prefix=f"deltacrawl-fetch-r{self.round_no}-p{pid}-a{attempt}-")
         try:
+            faults.task_point(attempt)
             results = list(fetch_partition(
                 items, self.conf, hosts=hosts, warc_dir=tmp,
                 warc_name=partial(warc_staging.warc_name, self.conf.warc.prefix, self.round_no, pid),
@@ -125,6 +126,7 @@ class FetchTask:
             files = sorted(os.path.join(tmp, f) for f in os.listdir(tmp))
             if files:
                 warc_staging.upload(files, staging)
+            faults.task_point(attempt, done=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         step = self.conf.fetch.arrow_batch_rows
@@ -246,6 +248,7 @@ def run(spark, conf: Config, *, round_no: int | None = None) -> dict:
             if not resumed:
                 ledger.set_state(spark, conf, n, "fetching")
             _fetch(spark, conf, n, int(row["n_partitions"] or 1), retried=resumed)
+            faults.point("fetch.after_write")
         warc = _promote(spark, conf, n)
         counts = round_counts(spark, conf, n)
     seconds = {"fetch": timer.seconds}

@@ -3,13 +3,15 @@
 A URL is generated when it is *due* (status in ``schemas.status.ELIGIBLE`` and
 ``next_fetch_time <= now``), its host is not parked (``hosts.parked_until`` null
 or past) and its host has budget left (``hosts.pages_fetched <
-budget.max_pages_per_host``; URLs of an exhausted host are simply skipped —
-``update`` marks them). Among those, best first by ``score`` desc, then
-``next_fetch_time`` asc, then ``url_fp`` (a total order, so the list is
-deterministic): at most ``max_per_host`` per host and never more than the host's
-remaining budget, then at most ``top_n`` in all, ``discovery_share`` of it kept
-for never-fetched URLs (status unfetched) and the rest for re-crawl; places one
-side cannot fill go to the other. Each host, or each group of hosts sharing a
+budget.max_pages_per_host`` and ``hosts.bytes_fetched < budget.max_bytes_per_host``;
+URLs of an exhausted host are simply skipped — ``update`` marks them). Among
+those, best first by ``score`` desc, then ``next_fetch_time`` asc, then
+``url_fp`` (a total order, so the list is deterministic): at most
+``max_per_host`` per host (or the host's ``hosts.round_cap`` when trap
+throttling lowered it) and never more than the host's remaining page budget,
+then at most ``top_n`` in all, ``discovery_share`` of it kept for never-fetched
+URLs (status unfetched) and the rest for re-crawl; places one side cannot fill
+go to the other. Each host, or each group of hosts sharing a
 last-known IP, gets one fetch partition: ``pmod(xxhash64(coalesce(ip, host)), n)``,
 a pure column (no DNS; STYLE.md rule 4).
 
@@ -49,7 +51,7 @@ import sys
 from typing import Any
 
 from crawl_udfs.config import Config, ConfigError
-from jobs import common, ledger
+from jobs import common, faults, ledger
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import FETCH_LIST, TABLES
 
@@ -76,7 +78,7 @@ def fetch_partitions(spark, conf: Config) -> int:
 
 
 def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_share: float,
-               n_partitions: int, max_pages_per_host: int):
+               n_partitions: int, max_pages_per_host: int, max_bytes_per_host: int):
     """The fetch list (FETCH_LIST columns without ``round``, plus a boolean ``discovery``) of ``crawldb`` at ``now``.
 
     ``crawldb`` and ``hosts`` are DataFrames with the CRAWLDB and HOSTS columns
@@ -99,10 +101,12 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
                    "last_modified", F.col("digest").alias("prev_digest"),
                    F.col("warc_record_id").alias("prev_warc_record_id"),
                    F.col("warc_fetch_time").alias("prev_fetch_time"), "url"))
-    host_info = hosts.select("host", "ip", "parked_until", "pages_fetched")
-    remaining = F.lit(int(max_pages_per_host)) - F.coalesce(F.col("pages_fetched"), F.lit(0))
+    host_info = hosts.select("host", "ip", "parked_until", "pages_fetched", "bytes_fetched", "round_cap")
+    remaining = F.least(F.lit(int(max_pages_per_host)) - F.coalesce(F.col("pages_fetched"), F.lit(0)),
+                        F.coalesce(F.col("round_cap"), F.lit(max_per_host)))
     allowed = (due.join(host_info, "host", "left")
                .where(F.col("parked_until").isNull() | (F.col("parked_until") <= now_lit))
+               .where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))
                .withColumn("remaining", remaining)
                .where(F.col("remaining") > 0))
 
@@ -149,7 +153,8 @@ def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
         selected = select_due(crawldb, hosts, now=now, max_per_host=max_urls_per_host(conf),
                               top_n=conf.generate.top_n, discovery_share=conf.generate.discovery_share,
                               n_partitions=n_partitions,
-                              max_pages_per_host=conf.budget.max_pages_per_host).persist(StorageLevel.MEMORY_AND_DISK)
+                              max_pages_per_host=conf.budget.max_pages_per_host,
+                              max_bytes_per_host=conf.budget.max_bytes_per_host).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             row = selected.agg(F.count(F.lit(1)).alias("n"),
                                F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),
@@ -159,6 +164,7 @@ def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
             out = common.conform(selected.withColumn("round", F.lit(n)), TABLES["fetch_list"])
             (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
              .save(common.table_path(conf, "fetch_list")))
+            faults.point("generate.after_write")
         finally:
             selected.unpersist()
     counts = {"generated": row.n, "generated_discovery": row.d, "generated_recrawl": row.n - row.d,

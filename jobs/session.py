@@ -9,26 +9,55 @@ at the first start and cached by Ivy in ``~/.ivy2``).
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import sys
 
 from crawl_udfs.config import Config, ConfigError
+from jobs import faults
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
+#: The oldest Java the bundled Spark runs on (Spark 4 needs 17).
+MIN_JAVA = 17
+_java_checked: list[str] = []  # the java found good once in this process
+
+
 def _check_java() -> None:
+    """Find the ``java`` Spark's launcher will run (``$JAVA_HOME/bin/java`` when JAVA_HOME is set,
+    else ``java`` on PATH, as ``spark-class`` does) and check its version, so a missing or old
+    Java is one clear line instead of a gateway error after a JVM crash."""
     java_home = os.environ.get("JAVA_HOME")
-    if java_home and os.path.exists(os.path.join(java_home, "bin", "java")):
-        return
-    if shutil.which("java") is None:
-        raise ConfigError("Java was not found: Spark needs Java 17 on PATH or JAVA_HOME")
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or _java_checked == [java_home or os.environ.get("PATH", "")]:
+        return  # under spark-submit the JVM is already running
+    if java_home:
+        java = os.path.join(java_home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            raise ConfigError(f"JAVA_HOME={java_home} has no bin/java: point JAVA_HOME at a Java "
+                              f"{MIN_JAVA}+ installation, or unset it to use java on PATH")
+    else:
+        java = shutil.which("java")
+        if java is None:
+            raise ConfigError(f"Java was not found: Spark needs Java {MIN_JAVA}+ on PATH or in JAVA_HOME")
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ConfigError(f"{java} does not run ({e}): Spark needs Java {MIN_JAVA}+") from None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    major = (int(m.group(2) or 0) if m.group(1) == "1" else int(m.group(1))) if m else None
+    if major is None or major < MIN_JAVA:
+        found = out.strip().splitlines()[0] if out.strip() else "no version output"
+        raise ConfigError(f"{java} is not Java {MIN_JAVA}+ ({found}): install Java {MIN_JAVA} or set JAVA_HOME")
+    _java_checked[:] = [java_home or os.environ.get("PATH", "")]
 
 
 def build_session(conf: Config, *, app_suffix: str = ""):
     """Get or create the process's SparkSession configured for deltacrawl."""
     _check_java()
+    faults.note_driver()
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 

@@ -1,4 +1,12 @@
-"""``deltacrawl status``: frontier size, due URLs, hosts, the last rounds."""
+"""``deltacrawl status``: frontier size, due URLs, hosts, the last rounds.
+
+``status --hosts`` (:func:`hosts_report`) lists every host that generate holds
+back or slows down, one line each with the reason: out of budget
+(``hosts.budget_reason``: pages or bytes, with the counters against the
+budgets), throttled by trap detection (``hosts.round_cap``), or parked until a
+time in the future (``hosts.park_reason``: fetch failures, Retry-After, a long
+Crawl-delay, robots.txt unavailable, or ``trap: …``).
+"""
 
 from __future__ import annotations
 
@@ -17,15 +25,19 @@ def report(spark, conf: Config, *, last_rounds: int = 5) -> str:
     due = crawldb.where(F.col("status").isin(eligible) & (F.col("next_fetch_time") <= F.lit(now))).count()
     hosts = read(spark, conf, "hosts")
     h = hosts.agg(F.count("*").alias("hosts"),
-                  F.sum(F.when(F.col("parked_until") > F.lit(now), 1).otherwise(0)).alias("parked")).collect()[0]
-    budget = conf.budget.max_pages_per_host
-    exhausted = hosts.where(F.col("pages_fetched") >= budget).select("host").limit(20).collect()
+                  F.sum(F.when(F.col("parked_until") > F.lit(now), 1).otherwise(0)).alias("parked"),
+                  F.sum(F.when(_out_of_budget(conf), 1).otherwise(0)).alias("exhausted"),
+                  F.sum(F.when(F.col("round_cap").isNotNull(), 1).otherwise(0)).alias("throttled")).collect()[0]
+    exhausted = hosts.where(_out_of_budget(conf)).select("host").orderBy("host").limit(20).collect()
     parked = (hosts.where(F.col("parked_until") > F.lit(now)).select("host", "park_reason", "parked_until")
               .orderBy("host").limit(20).collect())
     rounds = read(spark, conf, "rounds").orderBy(F.col("round").desc()).limit(last_rounds).collect()
+    b = conf.budget
     out = [f"crawl DB: {sum(by_status.values())} URLs, {due} due now",
            "  by status: " + ", ".join(f"{k}={v}" for k, v in sorted(by_status.items())),
-           f"hosts: {h['hosts']} known, {h['parked'] or 0} parked, {len(exhausted)} at the page budget ({budget})"]
+           f"hosts: {h['hosts']} known, {h['parked'] or 0} parked, {h['throttled'] or 0} throttled, "
+           f"{h['exhausted'] or 0} out of budget ({b.max_pages_per_host} pages, {b.max_bytes_per_host} bytes); "
+           "`status --hosts` lists them"]
     for r in parked:
         out.append(f"  parked {r['host']}: {r['park_reason']} until {r['parked_until']}")
     for r in exhausted:
@@ -37,3 +49,49 @@ def report(spark, conf: Config, *, last_rounds: int = 5) -> str:
                    f"ok {c.get('fetched_ok', 0)}, new URLs {c.get('new_urls', 0)}, "
                    f"seconds {(r['seconds'] or {}).get('round', 0.0):.1f}")
     return "\n".join(out)
+
+
+def _out_of_budget(conf: Config):
+    from pyspark.sql import functions as F
+    return ((F.col("pages_fetched") >= F.lit(conf.budget.max_pages_per_host))
+            | (F.col("bytes_fetched") >= F.lit(conf.budget.max_bytes_per_host)))
+
+
+def held_hosts(spark, conf: Config, *, now=None) -> list[dict]:
+    """Hosts out of budget, throttled or parked (after ``now``), sorted by host, each a dict with
+    ``host``, ``state`` (a comma-separated subset of budget_exhausted, throttled, parked) and ``reason``."""
+    from pyspark.sql import functions as F
+
+    now = now or now_utc()
+    b = conf.budget
+    parked = F.col("parked_until") > F.lit(now)
+    rows = (read(spark, conf, "hosts").where(_out_of_budget(conf) | F.col("round_cap").isNotNull() | parked)
+            .select("host", "pages_fetched", "bytes_fetched", "round_cap", "trap_strikes", "trap_new_share",
+                    "parked_until", "park_reason", parked.alias("_parked"), _out_of_budget(conf).alias("_out"))
+            .orderBy("host").collect())
+    out = []
+    for r in rows:
+        states, why = [], []
+        if r["_out"]:
+            states.append("budget_exhausted")
+            which = "pages" if r["pages_fetched"] >= b.max_pages_per_host else "bytes"
+            why.append(f"budget {which}: {r['pages_fetched']}/{b.max_pages_per_host} pages, "
+                       f"{r['bytes_fetched']}/{b.max_bytes_per_host} bytes")
+        if r["round_cap"] is not None:
+            states.append("throttled")
+            share = r["trap_new_share"]
+            why.append(f"throttled to {r['round_cap']} URLs a round after {r['trap_strikes']} low-content "
+                       f"round(s) (last new-content share {share if share is None else round(share, 2)})")
+        if r["_parked"]:
+            states.append("parked")
+            why.append(f"parked until {r['parked_until']}: {r['park_reason']}")
+        out.append({"host": r["host"], "state": ",".join(states), "reason": "; ".join(why)})
+    return out
+
+
+def hosts_report(spark, conf: Config) -> str:
+    """``status --hosts``: one line per held host, ``host  state  reason``."""
+    held = held_hosts(spark, conf)
+    lines = [f"{len(held)} host(s) out of budget, throttled or parked"]
+    lines += [f"  {h['host']}  [{h['state']}]  {h['reason']}" for h in held]
+    return "\n".join(lines)

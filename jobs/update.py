@@ -62,8 +62,9 @@ attempted, ``http_status`` = its code and ``last_fetch_time`` = its fetch_time.
 Exact duplicates: among this batch's ok/304 rows and the crawl DB's
 fetched/not_modified rows not re-decided by the batch, the original of a digest
 is the earliest ``first_seen`` (ties: smallest url_fp); every other ok/304 row
-of the batch with that digest is ``duplicate``. (Near-duplicates by SimHash are
-not looked up yet; ``simhash`` is stored for that.)
+of the batch with that digest is ``duplicate``. (Near-duplicates by SimHash do
+not change a URL's status; they are looked up within each host, for trap
+detection only — see "Traps" below.)
 
 New URLs: the outlinks of the round's pages (kinds a, area, frame, iframe,
 canonical, redirect). Dropped: nofollow links unless ``parse.follow_nofollow``
@@ -74,10 +75,34 @@ same_host_only). depth = parent's + 1 (redirect/canonical: parent's); score =
 parent's × ``scope.score_decay`` / the parent's followed links (redirect and
 canonical: parent's score); status unfetched, due at ``now``; one row per url_fp
 (smallest depth, largest score); inserted only when absent — a known URL is
-not touched by discovery. A host that reaches ``budget.max_pages_per_host``
-(pages with a response, after this round) gets its unfetched URLs
-``budget_exhausted`` (the round's own, and a broadcast semi-join of crawldb
-with those hosts); new URLs of any host at its budget are inserted so.
+not touched by discovery.
+
+Budgets, row 13 of the table (applied last, to every row of the merge source):
+a row whose status is still ``unfetched`` on a host out of budget after this
+round becomes ``budget_exhausted`` with ``error_class`` "budget:pages" or
+"budget:bytes" (the same word as ``hosts.budget_reason``); all else unchanged.
+
+A host is out of budget when ``hosts.pages_fetched >= budget.max_pages_per_host``
+(pages with a response) or ``hosts.bytes_fetched >= budget.max_bytes_per_host``
+(wire bytes), pages checked first; the reason is recomputed from the counters
+every round. Its unfetched URLs are marked: the round's own, a broadcast
+semi-join of crawldb with the hosts that ran out this round, and new URLs of
+any host out of budget (inserted so). Other statuses are left alone
+(re-crawls stop because generate skips the host). Not "failed": nothing was tried.
+
+Traps (``[trap]``, :func:`jobs.update_transforms.trap_signals` and
+``judge_traps``): per host, the round's first copies (URLs fetched with content
+for the first time) are split into exact duplicates (row 2), near-duplicates
+(SimHash within ``simhash.near_duplicate_bits`` of another page of the host)
+and new content. After ``trap.min_pages`` pages, a round whose new-content
+share is under ``trap.max_new_share`` is a strike (``hosts.trap_strikes``);
+from ``trap.throttle_after_rounds`` strikes each strike halves
+``hosts.round_cap`` (generate's per-host cap for that host); at
+``trap.park_after_rounds`` strikes ``hosts.parked_until = now +
+trap.park_duration_s`` and ``hosts.park_reason = "trap: 93% duplicates (…) over
+4 rounds"``. A judged round with enough new content clears strikes and cap.
+A parked trap's URLs keep their status (the park is reversible); generate skips
+the host until ``parked_until``.
 
 ``fetch_log`` gets every page row except deferred and not_attempted (never
 tried; robots_denied rows are kept, the log says why nothing was fetched);
@@ -106,6 +131,9 @@ What update scans, and how it grows:
 - budget marking reads ``status``/``host`` of all rows, but only in a round
   where some host reached its budget; ``frontier_size`` counts ``status`` once.
 - ``hosts`` is read the same way, semi-joined with the round's hosts.
+- trap detection reads ``host``/``simhash`` of all rows (semi-joined with the
+  round's broadcast hosts, reduced to distinct (host, simhash)): O(crawl DB) in
+  those two columns; the near-duplicate join is on 16-bit SimHash blocks.
 
 To make the reads grow with the touched URLs too: cluster ``crawldb`` by
 ``url_fp`` (liquid clustering / OPTIMIZE ZORDER) so file ranges of url_fp become
@@ -126,14 +154,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from crawl_udfs.config import Config, ConfigError
-from jobs import common, ledger
+from jobs import common, faults, ledger
 from jobs import update_transforms as T
+from jobs.generate import max_urls_per_host
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import CRAWLDB, HOSTS, TABLES
 
 #: Counters update writes to the ledger (plus ``status_<value>`` per resulting status).
-COUNTS = ("new_urls", "updated_urls", "duplicates", "budget_exhausted", "hosts_updated", "fetch_log_rows",
-          "links", "frontier_size")
+COUNTS = ("new_urls", "updated_urls", "duplicates", "budget_exhausted", "hosts_updated", "hosts_throttled",
+          "hosts_trap_parked", "fetch_log_rows", "links", "frontier_size")
 #: Commits of crawldb/hosts looked back through for this round's first MERGE.
 HISTORY_LOOKBACK = 50
 _META = "spark.databricks.delta.commitInfo.userMetadata"
@@ -164,9 +193,13 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))
     new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
-    hosts_new = keep(common.conform(T.hosts_update(hosts, fetch_output, T.page_counts(updated), park_duration_s=park,
-                                                   round_no=round_no, now=now), TABLES["hosts"]))
-    reached, exhausted = T.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host)
+    signals = T.trap_signals(updated, crawldb, near_bits=conf.simhash.near_duplicate_bits)
+    counts = T.page_counts(updated).join(signals, "host", "left")
+    hosts_new = T.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
+    hosts_new = T.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
+    hosts_new, reached, exhausted = T.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host,
+                                                      conf.budget.max_bytes_per_host)
+    hosts_new = keep(common.conform(hosts_new, TABLES["hosts"]))
     budget = T.budget_rows(crawldb, reached, round_no=round_no)
     source = keep(T.merge_source(updated, new, budget, exhausted))
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
@@ -196,12 +229,13 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
         p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, keep=keep)
         try:
             counts = _counts(p.crawldb_source)
-            counts["hosts_updated"] = p.hosts.count()
+            counts.update(_host_counts(p.hosts, now))
             counts["fetch_log_rows"] = p.fetch_log.count()
             counts["links"] = p.links.count()
             _merge_crawldb(spark, conf, p.crawldb_source, n, tag)
             _merge_hosts(spark, conf, p.hosts, n, tag)
             _append(conf, p.fetch_log, "fetch_log", n, tag)
+            faults.point("update.after_fetch_log")
             _append(conf, p.links, "links", n, tag)
         finally:
             for d in cached:
@@ -247,6 +281,17 @@ def _counts(source) -> dict[str, int]:
         key = f"status_{r.status}"
         out[key] = out.get(key, 0) + r.n
     return out
+
+
+def _host_counts(hosts_new, now: dt.datetime) -> dict[str, int]:
+    """Hosts of the round; of them, throttled (round_cap set) and parked as traps until after ``now``."""
+    from pyspark.sql import functions as F
+    r = hosts_new.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.coalesce(F.sum(F.col("round_cap").isNotNull().cast("long")), F.lit(0)).alias("t"),
+        F.coalesce(F.sum((F.col("park_reason").startswith("trap:") & (F.col("parked_until") > T._ts(now)))
+                         .cast("long")), F.lit(0)).alias("p")).collect()[0]
+    return {"hosts_updated": r.n, "hosts_throttled": r.t, "hosts_trap_parked": r.p}
 
 
 def _tagged(spark, tag: str):

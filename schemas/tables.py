@@ -62,7 +62,8 @@ HOSTS = StructType([
     _f("next_allowed_at", TimestampType(), True, "earliest next request (politeness survives rounds)"),
     _f("consecutive_failures", IntegerType(), False, "timeouts/5xx in a row"),
     _f("parked_until", TimestampType(), True, "no URL of the host is generated before this"),
-    _f("park_reason", StringType(), True, "failures, retry_after, crawl_delay_too_long, robots_unavailable, budget, trap"),
+    _f("park_reason", StringType(), True,
+       "failures, retry_after, crawl_delay_too_long, robots_unavailable (fetch); 'trap: <why>' (update)"),
     _f("robots_status", IntegerType(), True, "HTTP status of the cached robots.txt (null: unreachable)"),
     _f("robots_fetched_at", TimestampType(), True, "when robots.txt was fetched"),
     _f("robots_expires_at", TimestampType(), True, "after this robots.txt is fetched again"),
@@ -75,6 +76,15 @@ HOSTS = StructType([
     _f("updated_round", LongType(), False, "last round whose update touched the row"),
     _f("sitemaps", ArrayType(StringType(), True), True, "Sitemap lines of robots.txt"),
     _f("robots_body", BinaryType(), True, "cached robots.txt body (capped at robots.max_body_bytes)"),
+    # Budgets and trap detection. Nullable: `deltacrawl init` adds them to older tables (ALTER TABLE ADD COLUMNS).
+    _f("budget_reason", StringType(), True, "which budget ran out: pages | bytes (null: budget left)"),
+    _f("round_cap", IntegerType(), True, "per-round URL cap lowered by trap throttling (null: generate's cap)"),
+    _f("trap_strikes", IntegerType(), True, "consecutive judged rounds with new-content share < trap.max_new_share"),
+    _f("trap_new_share", DoubleType(), True, "new-content share of the first copies of the last judged round"),
+    _f("trap_streak_pages", LongType(), True, "first copies fetched over the current strike streak"),
+    _f("trap_streak_exact", LongType(), True, "of those, exact duplicates (payload digest)"),
+    _f("trap_streak_near", LongType(), True, "of those, near-duplicates (SimHash) of another page of the host"),
+    _f("near_duplicate_pages", LongType(), True, "first copies that were near-duplicates, whole crawl"),
 ])
 
 FETCH_LOG = StructType([

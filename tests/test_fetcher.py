@@ -146,6 +146,10 @@ def _app(state):
         await asyncio.sleep(30)
         return web.Response(text="late")
 
+    async def late(request):
+        await asyncio.sleep(0.15)
+        return web.Response(text="late")
+
     async def cond(request):
         if request.headers.get("If-None-Match") == '"v1"' and request.headers.get("If-Modified-Since") == LAST_MODIFIED:
             return web.Response(status=304, headers={"ETag": '"v1"'})
@@ -158,6 +162,7 @@ def _app(state):
         return web.Response(body=b"User-agent: *\nDisallow: /private\n" * 30000, content_type="text/plain")
 
     app.router.add_get("/plain", plain)
+    app.router.add_get("/late", late)
     app.router.add_get("/enc/{name}", enc)
     app.router.add_get("/mislabelled", mislabelled)
     app.router.add_get("/unknown", unknown)
@@ -275,6 +280,35 @@ def test_plain_200_and_request_recorded_exactly(tmp_path):
     assert ("If-None-Match", '"abc"') in e.request_headers
     assert ("If-Modified-Since", LAST_MODIFIED) in e.request_headers
     assert e.status == 200 and e.body == b"echo"
+
+
+def test_server_time_excludes_event_loop_lag(tmp_path):
+    """t_server_ms runs from the request's write to the first bytes read off the socket: a busy
+    event loop delays when fetch() sees the response (t_first_byte_ms) but not that."""
+    hog_s = 0.06
+
+    async def body(f, s):
+        quiet = await f.fetch(f"{s.base}/late")
+        stop = asyncio.Event()
+
+        async def hog():  # another task's CPU work: blocks the loop once per iteration
+            while not stop.is_set():
+                time.sleep(hog_s)
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(hog())
+        busy = await f.fetch(f"{s.base}/late")
+        stop.set()
+        await task
+        return quiet, busy
+
+    quiet, busy = run_with(tmp_path, body)
+    for r in (quiet, busy):
+        assert r.status == 200 and r.body == b"late"
+        assert 140 <= r.t_server_ms <= r.t_first_byte_ms <= r.t_total_ms
+    assert quiet.t_first_byte_ms - quiet.t_server_ms < 50
+    # the response is read in one loop iteration; the coroutine resumes only after the next hog
+    assert busy.t_first_byte_ms - busy.t_server_ms >= 0.8 * hog_s * 1000
 
 
 @pytest.mark.parametrize("name", ["gzip", "x-gzip", "gzip-multi", "deflate-zlib", "deflate-raw", "br", "identity"])

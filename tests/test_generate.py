@@ -32,15 +32,18 @@ def url_row(url: str, *, status: str = "unfetched", due: dt.datetime = PAST, sco
     return tuple(row[f.name] for f in CRAWLDB.fields)
 
 
-def host_row(host: str, *, ip=None, parked_until=None, pages_fetched: int = 0) -> tuple:
+def host_row(host: str, *, ip=None, parked_until=None, pages_fetched: int = 0, bytes_fetched: int = 0,
+             round_cap: int | None = None) -> tuple:
     row = {f.name: None for f in HOSTS.fields}
     row.update(host=host, ip=ip, parked_until=parked_until, pages_fetched=pages_fetched, consecutive_failures=0,
-               bytes_fetched=0, requests=0, duplicate_pages=0, new_content_pages=0, updated_round=1)
+               bytes_fetched=bytes_fetched, requests=0, duplicate_pages=0, new_content_pages=0, updated_round=1,
+               round_cap=round_cap)
     return tuple(row[f.name] for f in HOSTS.fields)
 
 
 def select(spark, urls, hosts=(), **kw):
-    args = dict(now=NOW, max_per_host=100, top_n=100, discovery_share=0.5, n_partitions=4, max_pages_per_host=1000)
+    args = dict(now=NOW, max_per_host=100, top_n=100, discovery_share=0.5, n_partitions=4, max_pages_per_host=1000,
+                max_bytes_per_host=10**9)
     args.update(kw)
     df = generate.select_due(spark.createDataFrame(list(urls), CRAWLDB), spark.createDataFrame(list(hosts), HOSTS),
                              **args)
@@ -97,6 +100,26 @@ def test_budget_caps_and_exhausts_hosts(spark):
     for r in rows:
         per_host[r.host] = per_host.get(r.host, 0) + 1
     assert per_host == {"left.test": 2, "fresh.test": 4}
+
+
+def test_byte_budget_skips_hosts(spark):
+    urls = [url_row(f"http://{h}.test/{i}") for h in ("light", "heavy", "exact") for i in range(3)]
+    hosts = [host_row("light.test", pages_fetched=5, bytes_fetched=999_999),
+             host_row("heavy.test", pages_fetched=5, bytes_fetched=2_000_000),
+             host_row("exact.test", pages_fetched=5, bytes_fetched=1_000_000)]
+    rows = select(spark, urls, hosts, max_bytes_per_host=1_000_000)
+    assert {r.host for r in rows} == {"light.test"}
+    assert len(rows) == 3
+
+
+def test_trap_throttle_round_cap_lowers_the_per_host_cap(spark):
+    urls = [url_row(f"http://{h}.test/{i}") for h in ("trap", "calm", "loose") for i in range(6)]
+    hosts = [host_row("trap.test", round_cap=2), host_row("calm.test"), host_row("loose.test", round_cap=50)]
+    per_host: dict[str, int] = {}
+    for r in select(spark, urls, hosts, max_per_host=4):
+        per_host[r.host] = per_host.get(r.host, 0) + 1
+    # round_cap only ever lowers the cap: 2 for the throttled host, the configured 4 elsewhere
+    assert per_host == {"trap.test": 2, "calm.test": 4, "loose.test": 4}
 
 
 def _mixed(n_disc: int, n_re: int, disc_score: float = 1.0, re_score: float = 1.0):
@@ -165,7 +188,8 @@ def test_previous_copy_is_carried_for_conditional_get(spark):
 def test_per_host_cap_is_a_map_side_top_k(spark):
     df = generate.select_due(spark.createDataFrame([url_row("http://a.test/")], CRAWLDB),
                              spark.createDataFrame([], HOSTS), now=NOW, max_per_host=50, top_n=1000,
-                             discovery_share=0.5, n_partitions=2, max_pages_per_host=10)
+                             discovery_share=0.5, n_partitions=2, max_pages_per_host=10,
+                             max_bytes_per_host=10**9)
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "WindowGroupLimit" in plan and "TakeOrderedAndProject" in plan
 

@@ -154,7 +154,8 @@ def test_warc_pointers_read_back(big_crawl):
 
 def test_budget_leaves_untouched_urls_unattempted(tmp_path):
     with TestWeb(tmp_path / "web", n_hosts=12, seed=3, kinds=["site"]) as web:
-        conf = _conf(web, "fetch.task_budget_s=3.5")
+        # delays of exactly 1 s (no response-time term: a loaded test machine must not change the count)
+        conf = _conf(web, "fetch.task_budget_s=3.5", "politeness.response_time_factor=0")
         host = max(web.plan.by_kind("site"), key=lambda h: len(h.pages))
         paths = sorted(host.pages)[:8]
         items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u))
@@ -198,3 +199,53 @@ def test_host_results_carry_state_for_the_next_round(tmp_path):
             assert h.robots_expires_at > h.robots_fetched_at
             assert h.next_allowed_at is not None and h.requests == 2 and h.robots_requests == 1
             assert h.ip is not None and h.ip.startswith("127.10.")
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_parse_threads_results_match_their_warc_records(tmp_path, threads):
+    """Inline (0) or on parse threads, every page's result is what its own WARC record says,
+    and the WARC files stay whole: request then response, each exchange's records together."""
+    from crawl_udfs.parser import parse
+    from crawl_udfs.signatures import payload_digest
+    from crawl_udfs.simhash import simhash
+    from crawl_udfs.url_filter import UrlFilter
+    from crawl_udfs.url_normalize import UrlNormalizer
+
+    with TestWeb(tmp_path / "web", n_hosts=14, seed=13, kinds=["site"]) as web:
+        conf = _conf(web, f"fetch.parse_threads={threads}", "politeness.host_delay_s=0.2")
+        hosts = [h for h in web.plan.by_kind("site") if len(h.pages) >= 5][:10]
+        urls = [normalize(h.url(p)) for h in hosts for p in sorted(h.pages)[:5]]
+        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in urls]
+        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"t-{i}.warc.gz"))
+    results = [r for r in out if isinstance(r, FetchResult)]
+    assert [r.url for r in results] == urls
+    ok = [r for r in results if r.outcome == "ok" and r.content_type == "text/html"]
+    assert len(ok) >= 15, collections.Counter(r.outcome for r in results)
+    normalizer, url_filter = UrlNormalizer(conf.url), UrlFilter(conf.filter)
+    for r in ok:
+        with open(tmp_path / "w" / r.warc_filename, "rb") as f:
+            f.seek(r.warc_offset)
+            rec = next(iter(ArchiveIterator(io.BytesIO(f.read(r.warc_length)))))
+        assert rec.rec_headers.get_header("WARC-Record-ID") == r.warc_record_id
+        payload = rec.content_stream().read()
+        assert payload_digest(payload) == r.digest == rec.rec_headers.get_header("WARC-Payload-Digest")
+        ctype = rec.http_headers.get_header("Content-Type")
+        parsed = parse(payload, url=r.url, content_type=ctype, headers={"content-type": ctype}, normalizer=normalizer,
+                       parse_conf=conf.parse, agent_name=conf.crawler.agent_name)
+        assert r.title == parsed.title and r.canonical == parsed.canonical
+        assert r.simhash == (simhash(parsed.main_text, conf.simhash.shingle_words)
+                             if parsed.main_text.strip() else None)
+        kept = [o for o in parsed.outlinks if o.kind == "canonical" or url_filter.reason(o.url) is None]
+        assert [(o.url, o.kind, o.nofollow) for o in r.outlinks] == [(o.url, o.kind, o.nofollow) for o in kept]
+        assert r.outlinks_filtered == len(parsed.outlinks) - len(kept)
+    # whole files, read front to back: warcinfo first, then per exchange a request and its response
+    records = 0
+    for path in sorted((tmp_path / "w").glob("*.warc.gz")):
+        with open(path, "rb") as f:
+            recs = [(rec.rec_type, rec.rec_headers.get_header("WARC-Record-ID"),
+                     rec.rec_headers.get_header("WARC-Concurrent-To")) for rec in ArchiveIterator(f)]
+        assert recs[0][0] == "warcinfo"
+        for (t1, id1, _), (t2, _, to) in zip(recs[1::2], recs[2::2]):
+            assert (t1, t2, to) == ("request", "response", id1)
+        records += len(recs)
+    assert records >= 1 + 2 * len(ok)

@@ -90,6 +90,23 @@ def test_delay_runs_from_the_end_of_the_request():
     assert sched.lease() == ("a", 2)
 
 
+def test_ended_at_is_where_the_delay_starts():
+    sched, clock = make(host_delay_s=2.0)
+    for i in range(3):
+        sched.add("a", i)
+    assert sched.lease() == ("a", 0)
+    clock.advance(1.0)
+    sched.release("a", response_time_s=0.01, status=200, ended_at=T0 + 0.6)  # read at 0.6, released at 1.0
+    assert sched.next_wakeup() == T0 + 2.6
+    clock.t = T0 + 2.6 - 1e-6
+    assert sched.lease() is None
+    clock.t = T0 + 2.6
+    assert sched.lease() == ("a", 1)
+    clock.advance(0.5)
+    sched.release("a", response_time_s=0.01, status=200, ended_at=clock.t + 0.01)  # read now, plus a margin
+    assert sched.next_wakeup() == T0 + 3.1 + 2.01
+
+
 def test_recent_response_time_is_the_max_of_the_window():
     sched, clock = make(host_delay_s=1.0, response_time_factor=10.0, response_time_window=3)
     for i in range(6):

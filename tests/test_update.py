@@ -348,6 +348,129 @@ def test_plan_hosts_counters_and_budget(spark):
     assert len(src) == p.crawldb_source.count()                  # one row per url_fp
 
 
+def test_byte_budget_marks_with_the_reason(spark):
+    """A host over budget.max_bytes_per_host (pages left) gets its unfetched URLs budget_exhausted with
+    error_class budget:bytes and hosts.budget_reason bytes; a page-budget host says pages."""
+    from jobs import update
+    conf = config.load(overrides=["budget.max_pages_per_host=10", "budget.max_bytes_per_host=1000"])
+    big, many, calm = "http://big.test/", "http://many.test/", "http://calm.test/"
+    olds = [old(big + "p"), old(big + "left"), old(many + "p"), old(many + "left"), old(calm + "p"),
+            old(calm + "left")]
+    pages = [page(big + "p", "ok", status_code=200, digest="sha1:BIG", wire_bytes=900, outlinks=[link(big + "new")]),
+             page(many + "p", "ok", status_code=200, digest="sha1:MANY", wire_bytes=10),
+             page(calm + "p", "ok", status_code=200, digest="sha1:CALM", wire_bytes=10)]
+    hosts = [dict(host=h, consecutive_failures=0, pages_fetched=n, bytes_fetched=b, requests=n, duplicate_pages=0,
+                  new_content_pages=0, updated_round=0)
+             for h, n, b in (("big.test", 1, 200), ("many.test", 9, 100), ("calm.test", 1, 100))]
+    p = update.plan(frame(spark, olds, CRAWLDB), frame(spark, hosts, HOSTS), frame(spark, pages, FETCH_OUTPUT),
+                    frame(spark, [], FETCH_LIST), conf, round_no=1, now=NOW, keep=lambda d: d.persist())
+    h = {r.host: r for r in p.hosts.collect()}
+    assert (h["big.test"].bytes_fetched, h["big.test"].budget_reason) == (1100, "bytes")
+    assert (h["many.test"].pages_fetched, h["many.test"].budget_reason) == (10, "pages")
+    assert h["calm.test"].budget_reason is None
+    src = {r.url: (r["_kind"], r.status, r.error_class) for r in p.crawldb_source.collect()}
+    assert src[big + "left"] == ("budget", "budget_exhausted", "budget:bytes")
+    assert src[big + "new"] == ("new", "budget_exhausted", "budget:bytes")
+    assert src[many + "left"] == ("budget", "budget_exhausted", "budget:pages")
+    assert calm + "left" not in src and src[big + "p"][1] == "fetched"
+
+
+# -- trap detection --------------------------------------------------------------------------------------
+SIG_SCHEMA = "host string, url_fp long, status string, simhash long, _first boolean"
+BASE_SIM = 0x0F0F_3C3C_5A5A_9999
+
+
+def _flip(value: int, *bits: int) -> int:
+    """``value`` (as a signed 64-bit long) with the given bits flipped."""
+    v = (value & (2**64 - 1)) ^ sum(1 << b for b in bits)
+    return v - 2**64 if v >= 2**63 else v
+
+
+def test_trap_signals_exact_near_and_new(spark):
+    s = _flip(BASE_SIM)
+    rows = [  # host a: stored copy BASE_SIM (and an EMPTY one); first copies of the round below
+        ("a.test", 1, "duplicate", s, True),                    # exact duplicate (digest of another URL)
+        ("a.test", 2, "fetched", _flip(s, 0, 17, 63), True),   # 3 bits from the stored copy, spread over blocks
+        ("a.test", 3, "fetched", _flip(s, 1, 2, 3, 4), True),  # 4 bits from everything: new content
+        ("a.test", 4, "fetched", 0, True),                     # EMPTY SimHash: no fingerprint, counted as new
+        ("a.test", 5, "fetched", _flip(s, 40, 41, 42, 43, 44, 45), True),  # 6 bits: new ...
+        ("a.test", 6, "fetched", _flip(s, 40, 41, 42, 43, 44, 46), True),  # ... 2 bits from fp 5: near
+        ("a.test", 7, "fetched", s, False),                    # a re-fetch: not judged at all
+        # host b: its only neighbour is on host c, so nothing is near
+        ("b.test", 8, "fetched", _flip(s, 5), True),
+    ]
+    updated = spark.createDataFrame(rows, SIG_SCHEMA)
+    crawldb = spark.createDataFrame([("a.test", 100, s), ("a.test", 101, 0), ("c.test", 102, s),
+                                     ("a.test", 103, None)], "host string, url_fp long, simhash long")
+    got = {r.host: (r.t_pages, r.t_exact, r.t_near)
+           for r in T.trap_signals(updated, crawldb, near_bits=3).collect()}
+    assert got == {"a.test": (6, 1, 2), "b.test": (1, 0, 0)}
+    # identical first copies of one round: all but the one with the smallest url_fp are near-duplicates
+    same = spark.createDataFrame([("t.test", i, "fetched", s, True) for i in range(5)], SIG_SCHEMA)
+    got = T.trap_signals(same, crawldb.limit(0), near_bits=3).collect()
+    assert [(r.t_pages, r.t_exact, r.t_near) for r in got] == [(5, 0, 4)]
+    # the banding is exact at any k: 3 bits apart is not near at k = 2
+    got = T.trap_signals(updated.where("url_fp = 2"), crawldb, near_bits=2).collect()
+    assert [(r.t_pages, r.t_near) for r in got] == [(1, 0)]
+
+
+TRAP = config.load(overrides=["trap.min_pages=10", "trap.max_new_share=0.25", "trap.throttle_after_rounds=2",
+                              "trap.park_after_rounds=3", "trap.park_duration_s=1000.0"]).trap
+JUDGE_SCHEMA = ("host string, pages_fetched long, t_pages long, t_exact long, t_near long, trap_strikes int, "
+                "trap_new_share double, trap_streak_pages long, trap_streak_exact long, trap_streak_near long, "
+                "round_cap int, parked_until timestamp, park_reason string")
+
+
+@pytest.mark.parametrize("name, row, want", [
+    ("too_few_pages", ("h", 9, 8, 0, 8, None, None, None, None, None, None, None, None),
+     dict(trap_strikes=None, round_cap=None, parked_until=None)),
+    ("no_first_copy", ("h", 50, 0, 0, 0, 1, 0.1, 5, 0, 5, None, None, None),
+     dict(trap_strikes=1, trap_streak_pages=5, round_cap=None)),
+    ("first_strike", ("h", 50, 8, 2, 5, None, None, None, None, None, None, None, None),
+     dict(trap_strikes=1, trap_new_share=0.125, trap_streak_pages=8, trap_streak_near=5, round_cap=None)),
+    ("at_the_threshold_no_strike", ("h", 50, 8, 0, 6, 1, 0.0, 4, 0, 4, None, None, None),
+     dict(trap_strikes=0, trap_new_share=0.25, trap_streak_pages=0, round_cap=None)),
+    ("throttle_halves_the_base_cap", ("h", 50, 8, 0, 8, 1, 0.0, 8, 0, 8, None, None, None),
+     dict(trap_strikes=2, round_cap=8, parked_until=None)),
+    ("park", ("h", 50, 4, 1, 3, 2, 0.0, 16, 0, 15, 8, None, None),
+     dict(trap_strikes=3, round_cap=4, parked_until=NOW + sec(1000),
+          park_reason="trap: 95% duplicates (1 exact, 18 near-duplicates of 20 new pages) over 3 rounds")),
+    ("recovery_lifts_the_throttle", ("h", 50, 4, 0, 0, 2, 0.0, 16, 0, 16, 4, None, None),
+     dict(trap_strikes=0, round_cap=None, trap_new_share=1.0, parked_until=None)),
+])
+def test_judge_traps(spark, name, row, want):
+    hosts_new = spark.createDataFrame([row], JUDGE_SCHEMA)
+    got = T.judge_traps(hosts_new, TRAP, base_cap=16, now=NOW).collect()[0].asDict()
+    assert {k: got[k] for k in want} == want
+
+
+def test_plan_parks_a_near_duplicate_host_and_spares_an_ordinary_one(spark):
+    """Through update.plan: first copies sharing one SimHash park a host on its last strike;
+    a host of distinct pages, same counts, is untouched."""
+    from jobs import update
+    conf = config.load(overrides=["trap.min_pages=5", "trap.max_new_share=0.5", "trap.throttle_after_rounds=1",
+                                  "trap.park_after_rounds=2", "trap.park_duration_s=5000.0",
+                                  "generate.max_urls_per_host=8", "budget.max_pages_per_host=100"])
+    trap, calm = "http://trap.test/p", "http://calm.test/p"
+    pages = [page(f"{trap}{i}", "ok", status_code=200, digest=f"sha1:T{i}", simhash=_flip(BASE_SIM, i % 2),
+                  wire_bytes=10) for i in range(6)]
+    pages += [page(f"{calm}{i}", "ok", status_code=200, digest=f"sha1:C{i}",
+                   simhash=_flip(BASE_SIM, *range(8 * i, 8 * i + 8)), wire_bytes=10) for i in range(6)]
+    olds = [old(p["url"]) for p in pages]
+    hosts = [dict(host=h, consecutive_failures=0, pages_fetched=4, bytes_fetched=40, requests=4, duplicate_pages=0,
+                  new_content_pages=4, updated_round=0, trap_strikes=1, trap_streak_pages=4, trap_streak_exact=0,
+                  trap_streak_near=3, round_cap=4) for h in ("trap.test", "calm.test")]
+    p = update.plan(frame(spark, olds, CRAWLDB), frame(spark, hosts, HOSTS), frame(spark, pages, FETCH_OUTPUT),
+                    frame(spark, [], FETCH_LIST), conf, round_no=2, now=NOW, keep=lambda d: d.persist())
+    h = {r.host: r.asDict() for r in p.hosts.collect()}
+    t, c = h["trap.test"], h["calm.test"]
+    assert (t["trap_strikes"], t["round_cap"], t["near_duplicate_pages"]) == (2, 2, 5)
+    assert t["parked_until"] == NOW + sec(5000)
+    assert t["park_reason"] == "trap: 80% duplicates (0 exact, 8 near-duplicates of 10 new pages) over 2 rounds"
+    assert (c["trap_strikes"], c["round_cap"], c["parked_until"], c["park_reason"]) == (0, None, None, None)
+    assert c["trap_new_share"] == 1.0 and c["near_duplicate_pages"] == 0
+
+
 # -- the job on Delta ---------------------------------------------------------------------------------
 TABLE_NAMES = ("crawldb", "hosts", "fetch_log", "links")
 

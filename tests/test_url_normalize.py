@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from crawl_udfs import config
 from crawl_udfs.config import ConfigError
-from crawl_udfs.url_normalize import UrlNormalizer, fingerprint, host_of, normalize
+from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, fingerprint, host_of, normalize
 
 WPT_DATA = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "wpt-url" / "urltestdata.json"
 
@@ -350,6 +350,61 @@ def test_invariants_on_arbitrary_text(url, base):
 def test_invariants_on_url_shaped_text(url, base):
     _check_output(normalize(url, base))
     _check_output(normalize(url, "http://a.test/"))
+
+
+# --------------------------------------------------------------------------
+# The per-task memo (CachedNormalizer) gives exactly the normaliser's results
+# --------------------------------------------------------------------------
+
+_CACHE_REFS = [
+    "", "?q=1", "#x", "/", "/a/b.html", "/a/../b", "//other.test/x", "///x", "/\\evil.test/x", "\\x", "x\\y",
+    "a2.html", "./a/./b", "../a", "../../../../a", "..", ".", "%2e%2e/x", ".%2E/x", "a b", "a\tb", " a", "a ",
+    "http:foo", "https:foo", "HTTP://X.test/a", "http://a.test/x/../y#f", "mailto:a@b", "javascript:x", "a:b/c",
+    "a/b:c", "/a;jsessionid=1/../x", "/p?utm_source=x&b=1", "x?y#z", "\u00e9t\u00e9.html", "/caf%c3%a9", "%41b",
+]
+_CACHE_BASES = [
+    "http://a.test/", "http://a.test/b/c.html", "http://a.test/b/c/?d=1", "https://a.test:8443/x/y",
+    "http://a.test", "http://a.test/b/..", "http://a.test/b\\c/d", "http://a.test/b/%2e%2e", "http://a.test/b/c#f",
+    "http://[::1]/z/", "https://xn--bcher-kva.test/\u00e4/i", "not a url",
+]
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_cached_normalizer_matches_the_normalizer(rounds):
+    plain = UrlNormalizer(config.defaults().url)
+    cached = CachedNormalizer(plain, 100_000)
+    for _ in range(rounds):  # round 2: every key is a hit
+        for base in _CACHE_BASES:
+            for b in (base, cached.normalize(base) or base):  # raw bases and bases the memo knows as results
+                for ref in _CACHE_REFS:
+                    assert cached.normalize(ref, b) == plain.normalize(ref, b), (ref, b)
+    # one entry per (scope, ref), not per (page, ref): a site's menu links are shared between its pages
+    pages = [cached.normalize(f"http://site.test/d/p{i}.html") for i in range(20)]
+    before = len(cached._memo)
+    for page in pages:
+        assert cached.normalize("/menu.html", page) == "http://site.test/menu.html"
+        assert cached.normalize("sib.html", page) == "http://site.test/d/sib.html"
+    assert len(cached._memo) == before + 2
+
+
+_SHARED = CachedNormalizer(UrlNormalizer(config.defaults().url), 100_000)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(URLISH, st.sampled_from(_CACHE_BASES), st.booleans())
+def test_cached_normalizer_matches_on_url_shaped_text(url, base, as_result):
+    plain = _SHARED._norm
+    if as_result:
+        base = _SHARED.normalize(base) or base
+    assert _SHARED.normalize(url, base) == plain.normalize(url, base)
+    assert _SHARED.normalize(url, base) == plain.normalize(url, base)  # the hit too
+
+
+def test_cached_normalizer_is_bounded():
+    cached = CachedNormalizer(UrlNormalizer(config.defaults().url), 50)
+    for i in range(500):
+        assert cached.normalize(f"/p{i}", "http://a.test/") == f"http://a.test/p{i}"
+        assert len(cached._memo) <= 50
 
 
 # --------------------------------------------------------------------------

@@ -583,3 +583,19 @@ def test_default_record_ids_are_urn_uuid():
     ids = {w.write_warcinfo("t.warc.gz"), w.write_exchange(_exchange()).record_id}
     assert len(ids) == 2
     assert all(i.startswith("<urn:uuid:") and i.endswith(">") and len(i) == 47 for i in ids)
+
+
+def test_gzip_level_from_config_changes_size_not_content(tmp_path):
+    body = b"".join(b"<p>line %d of a page that repeats itself with small changes</p>\n" % i for i in range(4000))
+    sizes, records = {}, {}
+    for level in (1, 9):
+        conf = config.defaults().with_overrides(f"warc.gzip_level={level}")
+        d = tmp_path / f"l{level}"
+        d.mkdir()
+        with warc.RollingWarcWriter(str(d), conf.warc, name_fn=lambda i: f"x-{i}.warc.gz", record_id_fn=_ids(),
+                                    now_fn=lambda: 1700000000.0) as w:
+            w.write_exchange(_exchange(body=body))
+        data = next(d.glob("*.warc.gz")).read_bytes()
+        sizes[level], records[level] = len(data), _members(data)
+    assert records[1] == records[9]  # the same records, byte for byte, once decompressed
+    assert sizes[9] < sizes[1]

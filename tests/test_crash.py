@@ -1,0 +1,290 @@
+"""Crash tests: ``deltacrawl crawl`` SIGKILLed at every step of a round, then rerun.
+
+One crawl directory, one test web, one chain of CLI subprocess runs (each its
+own driver and JVM, as in production). Each run is armed with the next fault
+point (``jobs/faults.py``), dies by SIGKILL there (return code -9), and is also
+the resume of the previous run's crash:
+
+====  ================================  ==========================================
+run   armed with                        dies (round 1 unless said)
+====  ================================  ==========================================
+1     generate.after_write              fetch list written, ledger not told
+2     fetch.task_kills_driver:0.8       0.8 s into the fetch tasks (requests in flight)
+3     fetch.after_write                 fetch_output committed, WARC files still staged
+4     update.after_fetch_log            crawldb and hosts merged, fetch_log appended,
+                                        links not
+--    (in process) update with the      exit 1, one line; round stays fetched
+      links table made unwritable
+5     fetch.task:0.8                    finishes round 1; a Python worker dies 0.8 s
+                                        into each fetch task of round 2; Spark
+                                        retries it; exits 0
+====  ================================  ==========================================
+
+After every run: no URL lost from the crawl DB, no (round, url_fp) twice in
+fetch_log, no WARC record referenced twice, and the process group (driver,
+JVM, Python workers) gone. At the end: rounds 1 and 2 updated, no staging
+left, every WARC pointer reads back, and the test web's own log shows no
+politeness violation across all five runs.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from jobs import cli, common, faults, warc_staging
+from tests.summary import note
+from tests.testweb import TestWeb
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DELAY = 0.5
+DELTACRAWL = str(Path(sys.executable).with_name("deltacrawl"))
+MASTER = "local[2,4]"   # local mode with up to 4 task attempts (plain local[n] never retries a task)
+
+#: (test name, fault spec, crawl --rounds, expected return code, ledger state of round 1 after the run)
+CHAIN = [
+    ("generate", "generate.after_write", 3, -9, None),
+    ("fetch_tasks", "fetch.task_kills_driver:0.8", 3, -9, "fetching"),
+    ("fetch_commit", "fetch.after_write", 3, -9, "fetching"),
+    ("update", "update.after_fetch_log", 3, -9, "fetched"),
+    ("worker", "fetch.task:0.8", 2, 0, "updated"),
+]
+
+
+def run_cli(args: list[str], *, env_extra: dict[str, str], log: Path, timeout: float = 1200) -> int:
+    """Run the CLI in its own process group; return its status once the whole group is gone."""
+    env = {**os.environ, **env_extra}
+    with open(log, "wb") as out:
+        p = subprocess.Popen([DELTACRAWL, *args], stdout=out, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            raise
+    deadline = time.monotonic() + 60
+    while True:  # the driver's JVM and Python workers must die with it, not keep fetching or committing
+        try:
+            os.killpg(p.pid, 0)
+        except ProcessLookupError:
+            return rc
+        if time.monotonic() > deadline:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise AssertionError(f"processes of the killed driver {p.pid} outlived it by 60 s")
+        time.sleep(0.2)
+
+
+def seed_urls(web: TestWeb, per_host: int = 4) -> list[str]:
+    """Home page plus a few pages per host, so round 1's tasks fetch for seconds, not one page."""
+    out = []
+    for h in web.plan.hosts.values():
+        pages = [p for p in sorted(h.pages) if p.endswith(".html")
+                 and not any(x in p for x in ("private", "members", "hidden"))]
+        out += [h.url("/")] + [h.url(p) for p in pages[:per_host - 1]]
+    return out
+
+
+class Chain:
+    """The crawl directory and the runs done so far (each run at most once, in order)."""
+
+    def __init__(self, spark, d: Path, web: TestWeb):
+        self.spark, self.d, self.web = spark, d, web
+        self.overlay = d / "crash.toml"
+        self.overlay.write_text(
+            f'[storage]\nroot = "{d / "crawl"}"\n'
+            f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
+            f"[politeness]\nhost_delay_s = {DELAY}\n"
+            "[fetch]\ntask_budget_s = 20.0\ntotal_timeout_s = 5.0\n"
+            "[generate]\nmax_urls_per_host = 4\nfetch_partitions = 2\n"
+            f'[spark]\nmaster = "{MASTER}"\ndriver_memory = "1g"\nshuffle_partitions = 2\n')
+        from crawl_udfs import config
+        self.conf = config.load([self.overlay])
+        seeds = d / "seeds.txt"
+        seeds.write_text("\n".join(seed_urls(web)) + "\n")
+        base = ["--conf", str(self.overlay)]
+        assert cli.main(base + ["init"]) == 0
+        assert cli.main(base + ["inject", str(seeds)]) == 0
+        self.urls = self.crawldb_urls()
+        self.done: dict[str, dict] = {}
+
+    def table(self, name: str):
+        return self.spark.read.format("delta").load(common.table_path(self.conf, name))
+
+    def crawldb_urls(self) -> set[str]:
+        return {r[0] for r in self.table("crawldb").select("url").collect()}
+
+    def run(self, name: str) -> dict:
+        for step, spec, rounds, rc_want, state in CHAIN:
+            if step in self.done:
+                if step == name:
+                    return self.done[step]
+                continue
+            before, t0, log_from = self.urls, time.monotonic(), len(self.web.log())
+            rc = run_cli(["--conf", str(self.overlay), "crawl", "--rounds", str(rounds)],
+                         env_extra={faults.ENV: spec}, log=self.d / f"run-{step}.log")
+            out = (self.d / f"run-{step}.log").read_text(errors="replace")
+            assert rc == rc_want, f"run {step} ({spec}): status {rc}, wanted {rc_want}\n{out[-3000:]}"
+            self.urls = self.crawldb_urls()
+            ledger = {r["round"]: r["state"] for r in self.table("rounds").collect()}
+            self.done[step] = {"rc": rc, "out": out, "seconds": time.monotonic() - t0, "ledger": ledger,
+                               "lost": before - self.urls, "requests": self.web.log()[log_from:]}
+            note(f"crash chain {step}: {spec} -> status {rc} in {self.done[step]['seconds']:.0f} s, "
+                 f"ledger {ledger}")
+            self.check_invariants(step, state)
+            if step == name:
+                return self.done[step]
+        raise KeyError(name)
+
+    def check_invariants(self, step: str, state: str | None) -> None:
+        r = self.done[step]
+        assert r["ledger"].get(1) == state, (step, r["ledger"])
+        assert r["lost"] == set(), f"{step}: URLs lost from the crawl DB: {sorted(r['lost'])[:5]}"
+        fl = self.table("fetch_log").select("round", "url_fp", "warc_filename", "warc_offset").collect()
+        keys = [(x["round"], x["url_fp"]) for x in fl]
+        assert len(keys) == len(set(keys)), f"{step}: a (round, url_fp) twice in fetch_log"
+        ptrs = [(x["warc_filename"], x["warc_offset"]) for x in fl if x["warc_filename"]]
+        assert len(ptrs) == len(set(ptrs)), f"{step}: a WARC record referenced twice"
+        v = self.web.violations(host_delay_s=DELAY)
+        assert v.too_close == [] and v.overlapping == [], f"{step}: {v.summary()}"
+
+
+@pytest.fixture(scope="module")
+def chain(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("crash")
+    with TestWeb(d / "web", n_hosts=6, seed=5, kinds=["site"]) as web:
+        yield Chain(spark, d, web)
+
+
+def test_fault_specs_parse_and_unknown_points_are_refused():
+    assert faults.parse(None) is None and faults.parse("") is None
+    assert faults.parse("update.after_fetch_log") == ("update.after_fetch_log", None)
+    assert faults.parse("fetch.task:0.8") == ("fetch.task", 0.8)
+    with pytest.raises(ValueError, match="unknown fault point 'fetch.nope'"):
+        faults.parse("fetch.nope")
+
+
+def test_kill_after_generate_write_regenerates_the_round(chain):
+    r = chain.run("generate")
+    assert r["ledger"] == {}, "the ledger never heard of round 1"
+    written = {x[0] for x in chain.table("fetch_list").where("round = 1").select("url_fp").collect()}
+    assert written, "the kill came after the fetch list was written"
+    assert chain.run("fetch_tasks")["ledger"] == {1: "fetching"}  # the rerun regenerated round 1 over it
+    assert chain.table("fetch_list").where("round = 1").count() == len(written)
+
+
+def test_kill_during_fetch_tasks_refetches_politely(chain):
+    chain.run("fetch_tasks")
+    sent_before = len(chain.web.log())
+    assert sent_before > 0, "the driver died before any request: the kill did not land inside the fetch"
+    assert chain.table("fetch_output").where("round = 1").count() == 0, "nothing of the dead fetch committed"
+    chain.run("fetch_commit")  # resumed with retried=True: refetches, commits, dies before promoting
+    assert chain.table("fetch_output").where("round = 1").count() > 0
+    staged = Path(warc_staging.round_staging_dir(common.warc_root(chain.conf), 1))
+    assert staged.is_dir() and any(staged.rglob("*.warc.gz")), "committed files wait in staging"
+
+
+def test_kill_after_fetch_commit_promotes_without_refetching(chain):
+    chain.run("fetch_commit")
+    sent = len(chain.web.log())
+    chain.run("update")  # resume: promote + ledger fetched, no request sent
+    assert len(chain.web.log()) == sent, "a committed fetch was fetched again"
+    assert not Path(warc_staging.round_staging_dir(common.warc_root(chain.conf), 1)).exists()
+
+
+def test_kill_inside_update_leaves_it_resumable(chain):
+    assert chain.run("update")["ledger"] == {1: "fetched"}
+    if "worker" not in chain.done:
+        failed_write(chain)
+    chain.run("worker")  # finishes round 1's update first
+    # each table's MERGE of round 1 changed rows once; every rerun's MERGE was a no-op (guards)
+    from delta.tables import DeltaTable
+    for name in ("crawldb", "hosts"):
+        hist = [h for h in DeltaTable.forPath(chain.spark, common.table_path(chain.conf, name)).history().collect()
+                if h["userMetadata"] == "deltacrawl update round 1" and h["operation"] == "MERGE"]
+        changed = [h["version"] for h in hist
+                   if int(h["operationMetrics"].get("numTargetRowsUpdated", "0"))
+                   + int(h["operationMetrics"].get("numTargetRowsInserted", "0")) > 0]
+        assert len(changed) == 1, (name, [(h["version"], h["operationMetrics"]) for h in hist])
+    # fetch_log (appended before the kill) and links (after it) hold round 1 once
+    assert chain.table("fetch_log").where("round = 1").count() > 0
+    links = chain.table("links")
+    assert links.count() == links.distinct().count() > 0
+
+
+def failed_write(chain) -> None:
+    """In-process ``deltacrawl update`` of round 1 with a real failed write: the ``links``
+    table's directory replaced by a regular file. Exit 1, one line naming the problem and
+    the remedy, the round still ``fetched``, nothing doubled."""
+    import contextlib
+
+    base = ["--conf", str(chain.overlay)]
+    links = Path(common.table_path(chain.conf, "links"))
+    moved = links.with_name("links.moved-away")
+    links.rename(moved)
+    links.write_text("not a directory")
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            rc = cli.main(base + ["update"])
+    finally:
+        links.unlink()
+        moved.rename(links)
+    lines = [ln for ln in err.getvalue().splitlines() if ln.startswith("deltacrawl:")]
+    note(f"failed write in update: status {rc}: {lines[-1] if lines else err.getvalue()[-300:]}")
+    assert rc == 1 and len(lines) == 1 and "update failed" in lines[0] and "rerun" in lines[0], err.getvalue()
+    assert {r["round"]: r["state"] for r in chain.table("rounds").collect()} == {1: "fetched"}
+    keys = [(x[0], x[1]) for x in chain.table("fetch_log").select("round", "url_fp").collect()]
+    assert len(keys) == len(set(keys))
+
+
+def test_worker_death_is_retried_politely_and_the_crawl_continues(chain):
+    r = chain.run("worker")
+    assert r["ledger"] == {1: "updated", 2: "updated"}, r["ledger"]
+    assert "2 round(s) completed" in r["out"]
+    out2 = chain.table("fetch_output").where("round = 2 AND kind = 'page'")
+    staging = {x[0] for x in out2.select("warc_staging").where("warc_staging IS NOT NULL").collect()}
+    assert any(s.endswith("-a1") for s in staging), f"no round 2 row from a retried attempt: {staging}"
+    # the dead attempts had sent requests: the same page was requested twice in round 2
+    fl2 = chain.table("fetch_log").where("round = 2")
+    urls2 = {x[0] for x in fl2.select("url").collect()}
+    paths = [(x["host"], x["path"]) for x in r["requests"]]  # round 1 needed none: it was fetched
+    twice = [p for p in set(paths) if paths.count(p) > 1 and p[1] != "/robots.txt"]
+    assert twice, "no page was requested by both attempts: the worker did not die mid-fetch"
+    note(f"worker death: {len(paths)} requests in round 2, {len(twice)} pages requested by both attempts")
+    keys = [x[0] for x in fl2.select("url_fp").collect()]
+    assert len(keys) == len(set(keys)) == len(urls2)
+
+
+def test_after_the_chain_nothing_is_lost_and_every_pointer_reads(chain):
+    chain.run("worker")
+    warc_dir = common.warc_root(chain.conf)
+    assert not Path(warc_dir, warc_staging.STAGING).exists(), "staging files left behind"
+    rows = chain.table("fetch_log").where("warc_filename IS NOT NULL").collect()
+    assert len(rows) > 10
+    for r in rows:
+        with open(f"{warc_dir}/{r['warc_filename']}", "rb") as f:
+            f.seek(r["warc_offset"])
+            rec = next(iter(ArchiveIterator(io.BytesIO(f.read(r["warc_length"])))))
+        assert rec.rec_headers.get_header("WARC-Target-URI") == r["url"]
+    on_disk = {p.name for p in Path(warc_dir).glob("*.warc.gz")}
+    assert on_disk == {r["warc_filename"] for r in chain.table("fetch_output")
+                       .where("warc_filename IS NOT NULL").select("warc_filename").distinct().collect()}
+    # every URL of every fetch list is still in the crawl DB, and each round's list is in fetch_log
+    listed = {x[0] for x in chain.table("fetch_list").select("url").collect()}
+    assert listed <= chain.urls
+    v = chain.web.violations(host_delay_s=DELAY)
+    note(f"crash chain (server-side, {len(chain.done)} runs): " + v.summary().replace("\n", "; "))
+    assert v.clean, v.summary()
+    assert v.max_in_flight_host <= 1
+    total = sum(r["seconds"] for r in chain.done.values())
+    note(f"crash chain: {len(chain.done)} CLI runs, {total:.0f} s of subprocess time")

@@ -1,0 +1,133 @@
+"""What an operator sees when the setup is wrong: one line on stderr, a non-zero exit, no traceback.
+
+Each case runs the real ``deltacrawl`` command in a subprocess. Configuration
+and Java errors are found before Spark starts (about a second each); the
+storage case starts a JVM. A failed write and a Delta commit conflict during
+update are in tests/test_crash.py (``failed_writes``), where a fetched round
+exists to update.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DELTACRAWL = str(Path(sys.executable).with_name("deltacrawl"))
+
+
+def run(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
+        timeout: float = 300) -> tuple[int, list[str]]:
+    p = subprocess.run([DELTACRAWL, *args], capture_output=True, text=True, env=env or dict(os.environ),
+                       cwd=cwd, timeout=timeout)
+    return p.returncode, [ln for ln in p.stderr.splitlines() if ln.strip()]
+
+
+def assert_one_clear_line(rc: int, lines: list[str], *words: str) -> str:
+    ours = [ln for ln in lines if ln.startswith("deltacrawl:")]
+    assert rc != 0, lines
+    assert len(ours) == 1, lines
+    assert not any("Traceback" in ln for ln in lines), lines
+    for w in words:
+        assert w in ours[0], (w, ours[0])
+    return ours[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--set", "politeness.nope=1"], ["unknown configuration key 'politeness.nope'", "defaults.toml"]),
+    (["--set", "politeness.host_delay_s=abc"], ["politeness.host_delay_s", "float", "'abc'"]),
+    (["--set", "no_equals_sign"], ["section.key=value"]),
+    (["--conf", "/nonexistent/deltacrawl.toml"], ["not found", "/nonexistent/deltacrawl.toml"]),
+])
+def test_bad_configuration_is_one_line_and_exit_2(args, words):
+    rc, lines = run([*args, "status"])
+    assert rc == 2
+    assert_one_clear_line(rc, lines, *words)
+
+
+def test_invalid_toml_and_unknown_key_in_a_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[politeness\nhost_delay_s = 1\n")
+    rc, lines = run(["--conf", str(bad), "status"])
+    assert rc == 2
+    assert_one_clear_line(rc, lines, "not valid TOML", str(bad))
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("[politeness]\nhost_delay = 2.0\n")
+    rc, lines = run(["--conf", str(unknown), "status"])
+    assert rc == 2
+    assert_one_clear_line(rc, lines, "politeness.host_delay", str(unknown))
+
+
+def test_java_home_pointing_nowhere(tmp_path):
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-jdk")}
+    rc, lines = run(["status"], env=env)
+    assert rc == 2
+    assert_one_clear_line(rc, lines, "JAVA_HOME", "no bin/java")
+
+
+def test_no_java_at_all():
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(Path(sys.executable).parent)  # the venv's bin: python and deltacrawl, no java
+    rc, lines = run(["status"], env=env)
+    assert rc == 2
+    assert_one_clear_line(rc, lines, "Java was not found", "17")
+
+
+def test_too_old_java(tmp_path):
+    java = tmp_path / "jdk8" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text('#!/bin/sh\necho \'openjdk version "1.8.0_412"\' >&2\n')
+    java.chmod(0o755)
+    rc, lines = run(["status"], env={**os.environ, "JAVA_HOME": str(tmp_path / "jdk8")})
+    assert rc == 2
+    assert_one_clear_line(rc, lines, "is not Java 17+", "1.8.0_412")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-jdk")}
+    rc, lines = run(["--debug", "status"], env=env)
+    assert rc != 0 and any("Traceback" in ln for ln in lines), lines
+
+
+@pytest.mark.slow
+def test_unreachable_storage_root(tmp_path):
+    """storage.root below a regular file: no directory can be made there (even as root)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    root = blocker / "crawl"
+    rc, lines = run(["--set", f'storage.root="{root}"', "--set", "spark.master=local[1]",
+                     "--set", "spark.driver_memory=1g", "init"])
+    assert rc == 2
+    line = assert_one_clear_line(rc, lines, "storage.root", str(root), "not reachable")
+    assert len(line) < 600
+
+
+def test_commit_conflict_and_java_errors_read_as_one_line_with_a_remedy():
+    """The line main() prints for a Delta commit conflict, a wrapped Java error and a storage error."""
+    from delta.exceptions.base import ConcurrentAppendException  # the captured one's base; needs no JVM
+
+    from jobs.common import error_hint, error_line
+
+    conflict = ConcurrentAppendException(message="[DELTA_CONCURRENT_APPEND] Files were added to the root of the "
+                                              "table by a concurrent update. Please try the operation again.\n"
+                                              "Conflicting commit: {...}")
+    assert error_line(conflict).startswith("ConcurrentAppendException: [DELTA_CONCURRENT_APPEND]")
+    assert "\n" not in error_line(conflict)
+    assert "another writer" in error_hint(conflict) and "rerun" in error_hint(conflict)
+
+    class JavaError(Exception):  # the shape of py4j's Py4JJavaError: str() says nothing useful
+        class java_exception:
+            @staticmethod
+            def toString():
+                return "java.io.IOException: Mkdirs failed to create /x/_delta_log\n\tat org.apache..."
+
+        def __str__(self):
+            return "An error occurred while calling o123.save.\n: java.io.IOException: ..."
+    e = JavaError()
+    assert error_line(e) == "java.io.IOException: Mkdirs failed to create /x/_delta_log"
+    assert "storage" in error_hint(e)
+    assert "storage" in error_hint(PermissionError(13, "Permission denied"))
+    assert "--debug" in error_hint(ValueError("something else"))

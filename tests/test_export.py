@@ -1,0 +1,318 @@
+"""``deltacrawl export``: WARC files, the Common Crawl-column Parquet index and CDXJ, read back independently.
+
+A small crawl is written the way fetch + update leave it: real WARC files by
+``crawl_udfs.warc`` under ``storage.root/warc`` and ``fetch_log`` rows pointing
+into them. The export is then read with pyarrow, warcio, ``warcio check`` and a
+plain CDXJ parser — never with the code that wrote it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import surt
+from warcio.archiveiterator import ArchiveIterator
+
+from crawl_udfs import config, warc
+from jobs import cli, common, export, warc_staging
+from schemas.tables import FETCH_LOG
+
+pytestmark = pytest.mark.spark
+
+BIN = Path(sys.executable).parent
+T0 = 1_760_000_000.0  # epoch seconds of the first fetch
+
+# (round, url, status, body, extra fetch_log fields); round 2 re-fetches the first URL (304)
+PAGES = [
+    (1, "http://a.b.example.co.uk/x?b=2&a=1", 200, b"<html>same words here</html>", {"simhash": 123}),
+    (1, "http://www.example.com/", 200, b"<html>same words here</html>", {"simhash": 123}),
+    (1, "http://foo.blogspot.com/p", 200, b"<html>blog</html>" * 50, {"truncated": "length"}),
+    (1, "http://127.10.0.5:8080/r", 301, b"", {"redirect_to": "http://127.10.0.5:8080/target"}),
+    (1, "http://www.example.com/missing", 404, b"not found", {}),
+    (2, "http://a.b.example.co.uk/x?b=2&a=1", 304, b"", {}),
+    (2, "http://www.example.com/new", 200, b"<html>new</html>", {"charset": "utf-8"}),
+]
+DENIED = "http://www.example.com/private"  # robots_denied: a fetch_log row without a WARC record
+
+
+def _conf(root: Path, *extra: str) -> config.Config:
+    return config.load(overrides=[f'storage.root="{root}"', "spark.master=local[2]", "spark.shuffle_partitions=4",
+                                  *extra])
+
+
+def _log_row(round_no: int, url: str, **kw) -> dict:
+    row = {f.name: None for f in FETCH_LOG.fields}
+    row.update(round=round_no, url=url, url_fp=hash(url) & 0x7FFFFFFF, host=url.split("/")[2].split(":")[0],
+               outcome="ok")
+    row.update(kw)
+    return row
+
+
+def _write_crawl(spark, conf: config.Config) -> list[dict]:
+    """WARC files and fetch_log rows as a 2-round crawl leaves them; returns the rows."""
+    warc_dir = common.warc_root(conf)
+    os.makedirs(warc_dir)
+    rows, first = [], {}
+    for round_no in (1, 2):
+        name_fn = lambda i, r=round_no: warc_staging.warc_name(conf.warc.prefix, r, 0, i)  # noqa: E731
+        with warc.RollingWarcWriter(warc_dir, conf.warc, name_fn=name_fn, now_fn=lambda: T0) as w:
+            for i, (r, url, status, body, extra) in enumerate(PAGES):
+                if r != round_no:
+                    continue
+                t = T0 + 60 * i
+                target = url.split("/", 3)[3] if url.count("/") >= 3 else ""
+                headers = [("Content-Type", "text/html; charset=utf-8")]
+                if "redirect_to" in extra:
+                    headers.append(("Location", extra["redirect_to"]))
+                ex = warc.HttpExchange(url=url, ip="127.0.0.9", fetch_time=t, method="GET",
+                                       request_target="/" + target, request_headers=[("Host", url.split("/")[2])],
+                                       http_version="1.1", status=status, reason="X", response_headers=headers,
+                                       body=body, truncated=extra.get("truncated"), fetch_duration_ms=5)
+                if status == 304:
+                    ptr = w.write_revisit(ex, refers_to=first[url][0], refers_to_uri=url, refers_to_date=first[url][1])
+                    digest = first[url][2]
+                else:
+                    digest = warc.sha1_digest(body)
+                    ptr = w.write_exchange(ex, payload_digest=digest)
+                    first.setdefault(url, (ptr.record_id, t, digest))
+                outcome = {200: "ok", 304: "not_modified", 301: "redirect"}.get(status, "http_error")
+                rows.append(_log_row(round_no, url, outcome=outcome, status_code=status,
+                                     fetch_time=dt.datetime.fromtimestamp(t, dt.timezone.utc).replace(tzinfo=None),
+                                     content_type="text/html", digest=digest, content_length=len(body),
+                                     warc_filename=ptr.filename, warc_offset=ptr.offset, warc_length=ptr.length,
+                                     warc_record_id=ptr.record_id, **extra))
+    rows.append(_log_row(1, DENIED, outcome="robots_denied", error_class="robots_denied"))
+    # a WARC file no committed row names (an orphan): never exported
+    Path(warc_dir, "deltacrawl-r000009-p00000-00000.warc.gz").write_bytes(b"junk")
+    (spark.createDataFrame(rows, FETCH_LOG).write.format("delta").partitionBy("round")
+     .save(common.table_path(conf, "fetch_log")))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def exported(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("export")
+    conf = _conf(d / "crawl")
+    rows = _write_crawl(spark, conf)
+    out = d / "out"
+    counts = export.run(spark, conf, str(out))
+    first = _snapshot(out)
+    inodes = {p.name: p.stat().st_ino for p in (out / "warc").iterdir()}
+    yield {"conf": conf, "rows": rows, "out": out, "counts": counts, "first": first, "inodes": inodes, "dir": d}
+
+
+def _index_files(out: Path) -> list[Path]:
+    return sorted((out / "index").rglob("*.parquet"))
+
+
+def _index(out: Path) -> list[dict]:
+    """All index rows, with the partition values read from the directory names."""
+    result = []
+    for f in _index_files(out):
+        parts = dict(p.split("=", 1) for p in f.relative_to(out / "index").parts[:-1])
+        for r in pq.read_table(f).to_pylist():
+            result.append({**r, **parts})
+    return result
+
+
+def _snapshot(out: Path) -> tuple:
+    rows = sorted(json.dumps(r, default=str, sort_keys=True) for r in _index(out))
+    warcs = sorted(p.name for p in (out / "warc").iterdir())
+    return rows, warcs, (out / "cdxj" / export.CDXJ_FILE).read_text()
+
+
+# -- pure: URL parts -------------------------------------------------------------------------------
+@pytest.mark.parametrize("url, expect", [
+    ("http://a.b.example.co.uk/x?b=2&a=1",
+     dict(url_host_name="a.b.example.co.uk", url_host_tld="uk", url_host_2nd_last_part="co",
+          url_host_3rd_last_part="example", url_host_4th_last_part="b", url_host_5th_last_part="a",
+          url_host_registry_suffix="co.uk", url_host_registered_domain="example.co.uk",
+          url_host_private_suffix="co.uk", url_host_private_domain="example.co.uk",
+          url_host_name_reversed="uk.co.example.b.a", url_protocol="http", url_port=None, url_path="/x",
+          url_query="b=2&a=1", url_surtkey="uk,co,example,b,a)/x?a=1&b=2")),
+    ("https://foo.blogspot.com:8443/",
+     dict(url_host_tld="com", url_host_3rd_last_part="foo", url_host_4th_last_part=None,
+          url_host_registry_suffix="com", url_host_registered_domain="blogspot.com",
+          url_host_private_suffix="blogspot.com", url_host_private_domain="foo.blogspot.com",
+          url_protocol="https", url_port=8443, url_path="/", url_query=None)),
+    ("http://127.10.0.5:8080/r",
+     dict(url_host_name="127.10.0.5", url_host_tld=None, url_host_registered_domain=None,
+          url_host_name_reversed=None, url_port=8080, url_surtkey="5,0,10,127:8080)/r")),  # surt reverses IPs too
+    ("http://site-a.test/", dict(url_host_tld="test", url_host_registry_suffix=None,
+                                 url_host_registered_domain=None)),
+])
+def test_url_parts(url, expect):
+    parts = export.url_parts(url)
+    assert set(parts) == set(export.URL_PART_COLUMNS)
+    assert {k: parts[k] for k in expect} == expect
+    assert parts["url_surtkey"] == surt.surt(url)  # the key cdxj-indexer sorts CDXJ lines by
+
+
+def test_public_suffix_list_needs_no_network(monkeypatch):
+    """The bundled PSL snapshot is used: with every socket connect refused, domains still resolve."""
+    def refuse(*a, **kw):
+        raise OSError("network disabled by test")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    export._psl.cache_clear()
+    try:
+        assert export.url_parts("http://a.b.example.co.uk/")["url_host_registered_domain"] == "example.co.uk"
+        assert export.url_parts("http://x.github.io/")["url_host_private_domain"] == "x.github.io"
+    finally:
+        export._psl.cache_clear()
+
+
+# -- the export -------------------------------------------------------------------------------------
+def test_layout_and_counts(exported):
+    out, counts = exported["out"], exported["counts"]
+    assert sorted(p.name for p in out.iterdir()) == ["cdxj", "index", "warc"]
+    assert sorted(p.name for p in (out / "warc").iterdir()) == [
+        "deltacrawl-r000001-p00000-00000.warc.gz", "deltacrawl-r000002-p00000-00000.warc.gz"]
+    parts = sorted(str(f.parent.relative_to(out / "index")) for f in _index_files(out))
+    assert sorted(set(parts)) == ["crawl=deltacrawl/subset=crawldiagnostics", "crawl=deltacrawl/subset=warc"]
+    assert not [p for p in (out / "index").rglob("*") if p.is_file() and p.suffix != ".parquet"]
+    assert counts["index_rows"] == len(PAGES) and counts["index_warc"] == 4
+    assert counts["index_crawldiagnostics"] == 3 and counts["index_robotstxt"] == 0
+    assert counts["warc_files"] == 2 and counts["warc_linked"] == 2
+    assert counts["cdxj_lines"] == len(PAGES)
+
+
+def test_parquet_types_are_common_crawls(exported):
+    expect = {"url_port": pa.int32(), "warc_record_offset": pa.int32(), "warc_record_length": pa.int32(),
+              "fetch_status": pa.int16(), "simhash": pa.int64()}
+    for f in _index_files(exported["out"]):
+        schema = pq.read_schema(f)
+        assert tuple(schema.names) == export.CC_COLUMNS + export.EXTRA_COLUMNS
+        for name in schema.names:
+            want = expect.get(name, pa.string())
+            if name == "fetch_time":
+                assert schema.field(name).type == pa.timestamp("ms", tz="UTC"), schema.field(name).type
+            else:
+                assert schema.field(name).type == want, (name, schema.field(name).type)
+        col = pq.ParquetFile(f).metadata.schema.column(schema.get_field_index("fetch_time"))
+        assert col.physical_type == "INT64" and "milliseconds" in str(col.logical_type).lower()
+
+
+def test_rows_sorted_by_surt_key_in_every_file(exported):
+    for f in _index_files(exported["out"]):
+        keys = pq.read_table(f, columns=["url_surtkey"]).column(0).to_pylist()
+        assert keys == sorted(keys) and len(keys) >= 3
+
+
+def test_row_values(exported):
+    rows = _index(exported["out"])
+    by = {(r["url"], r["fetch_status"]): r for r in rows}
+    assert DENIED not in {r["url"] for r in rows}
+    orig = by[("http://a.b.example.co.uk/x?b=2&a=1", 200)]
+    assert orig["subset"] == "warc" and orig["crawl"] == "deltacrawl" and orig["warc_segment"] == "1"
+    assert orig["url_host_registered_domain"] == "example.co.uk" and orig["simhash"] == 123
+    assert orig["content_digest"] == warc.sha1_digest(PAGES[0][3])[len("sha1:"):]
+    assert orig["fetch_time"] == dt.datetime.fromtimestamp(T0, dt.timezone.utc)
+    assert orig["duplicate_of"] is None
+    dup = by[("http://www.example.com/", 200)]
+    assert dup["duplicate_of"] == orig["url"] and dup["url_host_registered_domain"] == "example.com"
+    assert by[("http://foo.blogspot.com/p", 200)]["content_truncated"] == "length"
+    assert by[("http://foo.blogspot.com/p", 200)]["url_host_private_domain"] == "foo.blogspot.com"
+    redirect = by[("http://127.10.0.5:8080/r", 301)]
+    assert redirect["subset"] == "crawldiagnostics" and redirect["fetch_redirect"] == "http://127.10.0.5:8080/target"
+    assert redirect["url_port"] == 8080
+    revisit = by[("http://a.b.example.co.uk/x?b=2&a=1", 304)]
+    assert revisit["subset"] == "crawldiagnostics" and revisit["warc_segment"] == "2"
+    assert revisit["duplicate_of"] is None and revisit["content_digest"] == orig["content_digest"]
+    assert by[("http://www.example.com/new", 200)]["content_charset"] == "utf-8"
+    assert all(r["warc_filename"].startswith("warc/") for r in rows)
+
+
+def test_every_index_row_reads_back_from_the_exported_warc(exported):
+    out = exported["out"]
+    rows = _index(out)
+    assert len(rows) == len(PAGES)
+    for r in rows:
+        with open(out / r["warc_filename"], "rb") as f:
+            f.seek(r["warc_record_offset"])
+            blob = f.read(r["warc_record_length"])
+        recs = list(ArchiveIterator(io.BytesIO(blob)))
+        assert len(recs) == 1
+        rec = recs[0]
+        assert rec.rec_headers.get_header("WARC-Target-URI") == r["url"]
+        assert rec.rec_type == ("revisit" if r["fetch_status"] == 304 else "response")
+        assert int(rec.http_headers.get_statuscode()) == r["fetch_status"]
+        if rec.rec_type == "response":
+            assert rec.rec_headers.get_header("WARC-Payload-Digest") == "sha1:" + r["content_digest"]
+
+
+def test_warcio_check_passes_on_exported_files(exported):
+    files = sorted(str(p) for p in (exported["out"] / "warc").iterdir())
+    proc = subprocess.run([str(BIN / "warcio"), "check", "-v", *files], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "digest pass" in proc.stdout and "fail" not in proc.stdout.lower()
+
+
+def test_cdxj_points_at_the_same_records(exported):
+    out = exported["out"]
+    lines = (out / "cdxj" / export.CDXJ_FILE).read_text().splitlines()
+    keys, pointers = [], set()
+    for line in lines:
+        key, ts, js = line.split(" ", 2)
+        rec = json.loads(js)
+        assert (out / rec["filename"]).is_file() and rec["filename"].startswith("warc/")
+        assert key == surt.surt(rec["url"]) and len(ts) == 14
+        keys.append((key, ts))
+        pointers.add((rec["filename"], int(rec["offset"]), int(rec["length"])))
+    assert keys == sorted(keys)
+    index = {(r["warc_filename"], r["warc_record_offset"], r["warc_record_length"]) for r in _index(out)}
+    assert pointers == index
+
+
+def test_rerun_replaces_output_cleanly(spark, exported):
+    """A second export to the same DIR (through the CLI, copying this time) gives the same output,
+    drops what the first left that the second would not write, and leaves other files in DIR alone."""
+    out, d = exported["out"], exported["dir"]
+    (out / "index" / "crawl=deltacrawl" / "subset=warc" / "stale.parquet").write_bytes(b"old")
+    (out / "warc" / "stale.warc.gz").write_bytes(b"old")
+    (out / ".export-tmp").mkdir()  # a crashed run's leftovers
+    (out / "README.txt").write_text("mine")
+    overlay = d / "export.toml"
+    overlay.write_text(f'[storage]\nroot = "{d / "crawl"}"\n[export]\nhard_link = false\nindex_files = 2\n')
+    assert cli.main(["--conf", str(overlay), "export", "--out", str(out)]) == 0
+    assert _snapshot(out) == exported["first"]
+    for subset in ("warc", "crawldiagnostics"):  # files of a subset are consecutive url_surtkey ranges
+        files = sorted((out / "index" / "crawl=deltacrawl" / f"subset={subset}").glob("*.parquet"))
+        assert 1 <= len(files) <= 2
+        keys = [k for f in files for k in pq.read_table(f, columns=["url_surtkey"]).column(0).to_pylist()]
+        assert keys == sorted(keys)
+    assert sorted(p.name for p in out.iterdir()) == ["README.txt", "cdxj", "index", "warc"]
+    for p in (out / "warc").iterdir():  # copies now, not links to storage.root's files
+        assert p.stat().st_ino != exported["inodes"][p.name]
+        assert p.read_bytes() == Path(common.warc_root(exported["conf"]), p.name).read_bytes()
+
+
+def test_missing_warc_file_is_an_error(spark, tmp_path):
+    conf = _conf(tmp_path / "crawl")
+    os.makedirs(common.warc_root(conf))
+    row = _log_row(1, "http://www.example.com/", status_code=200, warc_filename="gone.warc.gz", warc_offset=0,
+                   warc_length=10, fetch_time=dt.datetime(2025, 1, 1))
+    spark.createDataFrame([row], FETCH_LOG).write.format("delta").save(common.table_path(conf, "fetch_log"))
+    with pytest.raises(FileNotFoundError, match="gone.warc.gz"):
+        export.run(spark, conf, str(tmp_path / "out"))
+
+
+def test_nothing_stored_exports_empty_output(spark, tmp_path):
+    conf = _conf(tmp_path / "crawl")
+    os.makedirs(common.warc_root(conf))
+    row = _log_row(1, DENIED, outcome="robots_denied", error_class="robots_denied")
+    spark.createDataFrame([row], FETCH_LOG).write.format("delta").save(common.table_path(conf, "fetch_log"))
+    counts = export.run(spark, conf, str(tmp_path / "out"))
+    assert counts["index_rows"] == 0 and counts["warc_files"] == 0 and counts["cdxj_lines"] == 0
+    assert list((tmp_path / "out" / "warc").iterdir()) == [] and _index_files(tmp_path / "out") == []
+    assert (tmp_path / "out" / "cdxj" / export.CDXJ_FILE).read_text() == ""
