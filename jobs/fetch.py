@@ -246,13 +246,13 @@ def run(spark, conf: Config, *, round_no: int | None = None) -> dict:
         resumed = state == "fetching"
         if not committed:
             if not resumed:
-                ledger.set_state(spark, conf, n, "fetching")
+                row = ledger.set_state(spark, conf, n, "fetching", old=row)
             _fetch(spark, conf, n, int(row["n_partitions"] or 1), retried=resumed)
             faults.point("fetch.after_write")
         warc = _promote(spark, conf, n)
         counts = round_counts(spark, conf, n)
     seconds = {"fetch": timer.seconds}
-    ledger.set_state(spark, conf, n, "fetched", counts=counts, seconds=seconds)
+    ledger.set_state(spark, conf, n, "fetched", counts=counts, seconds=seconds, old=row)
     return {"round": n, "state": "fetched", "skipped": False, "resumed": resumed, "refetched": not committed,
             **counts, "warc": warc, "seconds": seconds}
 

@@ -169,7 +169,7 @@ def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
             selected.unpersist()
     counts = {"generated": row.n, "generated_discovery": row.d, "generated_recrawl": row.n - row.d,
               "generated_hosts": row.h}
-    ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds},
+    ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds}, old={},
                      n_partitions=n_partitions)
     return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts}
 

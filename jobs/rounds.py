@@ -22,29 +22,19 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
     done = 0
     while done < rounds:
         t0 = time.perf_counter()
-        seconds: dict[str, float] = {}
-        last = ledger.last_round(spark, conf)
+        last = ledger.last_round(spark, conf)  # the one ledger read of the round before its summary
         if last is not None and last["state"] != "updated":
-            n = last["round"]
-            print(f"round {n}: resuming from state {last['state']}", file=out)
+            n, state = last["round"], last["state"]
+            print(f"round {n}: resuming from state {state}", file=out)
         else:
-            t = time.perf_counter()
             g = generate.run(spark, conf)
-            seconds["generate"] = time.perf_counter() - t
-            n = g.get("round")
+            n, state = g.get("round"), "generated"
             if n is None:
                 print("nothing is due: stopping", file=out)
                 break
-        if ledger.rank(ledger.get_round(spark, conf, n)["state"]) < ledger.rank("fetched"):
-            t = time.perf_counter()
+        if ledger.rank(state) < ledger.rank("fetched"):
             fetch.run(spark, conf, round_no=n)
-            seconds["fetch"] = time.perf_counter() - t
-        if ledger.rank(ledger.get_round(spark, conf, n)["state"]) < ledger.rank("updated"):
-            t = time.perf_counter()
-            update.run(spark, conf, round_no=n)
-            seconds["update"] = time.perf_counter() - t
-        seconds["round"] = time.perf_counter() - t0
-        ledger.set_state(spark, conf, n, "updated", seconds=seconds)
+        update.run(spark, conf, round_no=n, round_started=t0)
         print(summary(ledger.get_round(spark, conf, n)), file=out)
         done += 1
     return done

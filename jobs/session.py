@@ -76,7 +76,8 @@ def build_session(conf: Config, *, app_suffix: str = ""):
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
     if "spark.master" not in _submitted_conf():
-        builder = builder.master(conf.spark.master).config("spark.driver.memory", conf.spark.driver_memory)
+        builder = builder.master(local_master(conf.spark.master, conf.spark.local_max_failures)).config(
+            "spark.driver.memory", conf.spark.driver_memory)
         if conf.spark.master.startswith("local"):
             # Delta reads its log with 50 tasks by default: pure overhead on a laptop.
             builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
@@ -88,6 +89,16 @@ def build_session(conf: Config, *, app_suffix: str = ""):
     spark = configure_spark_with_delta_pip(builder).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def local_master(master: str, max_failures: int) -> str:
+    """``local`` / ``local[N]`` / ``local[*]`` with task retries (``local[N,F]``); any other master as given."""
+    if max_failures < 1:
+        raise ConfigError(f"spark.local_max_failures must be >= 1, got {max_failures}")
+    m = re.fullmatch(r"local(?:\[(\*|\d+)\])?", master.strip())
+    if not m:
+        return master
+    return f"local[{m.group(1) or 1},{max_failures}]"
 
 
 def _submitted_conf() -> dict[str, str]:

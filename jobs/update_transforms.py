@@ -490,8 +490,9 @@ def judge_traps(hosts_new: DataFrame, trap, *, base_cap: int, now: dt.datetime) 
                        .when(judged & ~low, F.lit(None).cast("int")).otherwise(F.col("round_cap")))
     park = low & (F.col("trap_strikes") >= F.lit(int(trap.park_after_rounds)))
     dups = F.col("trap_streak_exact") + F.col("trap_streak_near")
+    pct = F.round(F.lit(100.0) * dups / F.greatest(F.col("trap_streak_pages"), F.lit(1))).cast("int")
     reason = F.format_string("trap: %d%% duplicates (%d exact, %d near-duplicates of %d new pages) over %d rounds",
-                             F.round(F.lit(100.0) * dups / F.greatest(F.col("trap_streak_pages"), F.lit(1))).cast("int"),
+                             pct,
                              F.col("trap_streak_exact"), F.col("trap_streak_near"), F.col("trap_streak_pages"),
                              F.col("trap_strikes"))
     until = _plus_seconds(_ts(now), F.lit(float(trap.park_duration_s)))

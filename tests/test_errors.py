@@ -131,3 +131,15 @@ def test_commit_conflict_and_java_errors_read_as_one_line_with_a_remedy():
     assert "storage" in error_hint(e)
     assert "storage" in error_hint(PermissionError(13, "Permission denied"))
     assert "--debug" in error_hint(ValueError("something else"))
+
+
+def test_local_master_gets_task_retries():
+    from crawl_udfs.config import ConfigError
+    from jobs.session import local_master
+    assert local_master("local[*]", 4) == "local[*,4]"
+    assert local_master("local[2]", 4) == "local[2,4]"
+    assert local_master("local", 3) == "local[1,3]"
+    assert local_master("local[2,7]", 4) == "local[2,7]"          # the operator's own choice wins
+    assert local_master("spark://127.0.0.1:7077", 4) == "spark://127.0.0.1:7077"
+    with pytest.raises(ConfigError):
+        local_master("local[2]", 0)
