@@ -112,7 +112,9 @@ def test_crawl_on_a_standalone_cluster(cluster, tmp_path, spark):
             "[fetch]\ntask_budget_s = 20.0\ntotal_timeout_s = 6.0\n"
             "[generate]\nmax_urls_per_host = 4\nfetch_partitions = 2\n"
             '[spark]\nshuffle_partitions = 4\ndriver_memory = "1g"\n'
-            'extra = ["spark.executor.memory=512m", "spark.cores.max=2"]\n')
+            # Delta replays its log with 50 tasks by default: right for a real cluster, minutes here.
+            'extra = ["spark.executor.memory=512m", "spark.cores.max=2", '
+            '"spark.databricks.delta.snapshotPartitions=2"]\n')
         seeds = tmp_path / "seeds.txt"
         seeds.write_text("\n".join(web.seeds()) + "\n")
         cli = [str(VENV_BIN / "deltacrawl"), "--conf", str(overlay), "--set", f"spark.master={cluster['url']}"]
@@ -127,6 +129,7 @@ def test_crawl_on_a_standalone_cluster(cluster, tmp_path, spark):
                   "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
                   "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
                   "--conf", "spark.executor.memory=512m", "--conf", "spark.ui.enabled=false",
+                  "--conf", "spark.databricks.delta.snapshotPartitions=2",
                   jobs.cli.__file__, "--conf", str(overlay), "round"]
         out = _run(submit, env={**os.environ, "PYSPARK_PYTHON": sys.executable}).stdout
         assert "1 round(s) completed" in out, out
