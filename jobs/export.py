@@ -242,11 +242,11 @@ def sorted_for_write(rows, n_files: int):
 def place_warc_files(names: list[str], src_dir: str, dst_dir: str, *, hard_link: bool) -> dict[str, int]:
     """Put each named WARC file of ``src_dir`` into ``dst_dir``: a hard link when allowed and possible
     (same filesystem), else a byte copy. A named file missing from ``src_dir`` is an error."""
-    from jobs.warc_staging import _fs
+    from jobs.warc_staging import filesystem
     from pyarrow import fs as pafs
 
     os.makedirs(dst_dir, exist_ok=True)
-    src_fs, src_root = _fs(src_dir)
+    src_fs, src_root = filesystem(src_dir)
     local = isinstance(src_fs, pafs.LocalFileSystem)
     linked = copied = nbytes = 0
     for name in sorted(set(names)):

@@ -280,8 +280,8 @@ def _staged(spark, df, path: str):
 
 
 def _remove(path: str) -> None:
-    from jobs.warc_staging import _fs
-    fs, base = _fs(path)
+    from jobs.warc_staging import filesystem
+    fs, base = filesystem(path)
     try:
         fs.delete_dir(base)
     except FileNotFoundError:

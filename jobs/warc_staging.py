@@ -44,7 +44,7 @@ def attempt_dir(warc_root: str, round_no: int, stage_id: int, partition: int, at
     return f"{round_staging_dir(warc_root, round_no)}/s{stage_id}-p{partition}-a{attempt}"
 
 
-def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """A filesystem and the path in it; plain paths are local (made absolute). Hadoop's
     ``s3a://``/``s3n://`` (what Spark is given) are ``s3://`` to Arrow."""
     if "://" not in uri:
@@ -57,7 +57,7 @@ def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
 
 def upload(local_files: Iterable[str], dest_dir: str) -> list[str]:
     """Copy task-local files into ``dest_dir`` (emptied first: a name reused by a dead run). Returns names."""
-    fs, base = _fs(dest_dir)
+    fs, base = filesystem(dest_dir)
     fs.create_dir(base, recursive=True)
     fs.delete_dir_contents(base, missing_dir_ok=True)
     local = pafs.LocalFileSystem()
@@ -76,7 +76,7 @@ def promote(warc_root: str, round_no: int, committed: Iterable[tuple[str, str]])
     it). A committed file found nowhere is an error, raised before anything is deleted.
     Returns {"promoted": moved now, "present": already in place, "orphans_removed": files deleted}.
     """
-    fs, root = _fs(warc_root)
+    fs, root = filesystem(warc_root)
     fs.create_dir(root, recursive=True)
     moved = present = 0
     for staging, name in sorted(set(committed)):
@@ -84,12 +84,12 @@ def promote(warc_root: str, round_no: int, committed: Iterable[tuple[str, str]])
         if fs.get_file_info(dst).type == pafs.FileType.File:
             present += 1
             continue
-        src = f"{_fs(staging)[1]}/{name}"  # staging lives under warc_root: same filesystem
+        src = f"{filesystem(staging)[1]}/{name}"  # staging lives under warc_root: same filesystem
         if fs.get_file_info(src).type != pafs.FileType.File:
             raise FileNotFoundError(f"committed WARC file {name} is neither in {staging} nor in {warc_root}")
         fs.move(src, dst)
         moved += 1
-    stage_fs, stage_root = _fs(round_staging_dir(warc_root, round_no))
+    stage_fs, stage_root = filesystem(round_staging_dir(warc_root, round_no))
     orphans = 0
     if stage_fs.get_file_info(stage_root).type == pafs.FileType.Directory:
         sel = pafs.FileSelector(stage_root, recursive=True)
