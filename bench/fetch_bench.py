@@ -71,7 +71,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -550,7 +550,7 @@ def _fmt(x, spec=".3f") -> str:
 
 def report(a: dict | None, b: dict | None, p: Params, args, total_s: float) -> str:
     load = " -> ".join("/".join(f"{x:.1f}" for x in la) for la in (args.load_start, os.getloadavg()))
-    lines = [f"fetch engine benchmark  ({'--quick' if args.quick else 'full'}; {os.cpu_count()} CPUs; "
+    lines = [f"fetch engine benchmark  ({'--quick' if args.quick else 'full'}{''.join(' --param ' + x for x in args.param)}; {os.cpu_count()} CPUs; "
              f"python {sys.version.split()[0]}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; total {total_s:.0f}s; "
              f"load average 1/5/15 min at start -> end: {load})"
              + (f"; --set {' '.join(args.set)}" if args.set else ""), ""]
@@ -681,12 +681,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it (server logs, specs)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="override a config key in every crawler run (repeatable), to compare settings")
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a benchmark parameter of Params (e.g. a_pages=20, web_hosts=600)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker_main(args.worker)
     EXTRA_OVERRIDES[:] = args.set
     p = QUICK if args.quick else FULL
+    for pair in args.param:
+        name, _, value = pair.partition("=")
+        if name not in Params.__dataclass_fields__:
+            ap.error(f"--param {pair}: no such parameter (have: {', '.join(Params.__dataclass_fields__)})")
+        p = replace(p, **{name: type(getattr(p, name))(value)})
     args.load_start = os.getloadavg()
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="fetch-bench-") as tmp_s:

@@ -132,7 +132,7 @@ def scale(spark, web, work: Path, sizes: list[int], seeds: list[str]) -> list[di
     return out
 
 
-def duty(spark, web, work: Path, n_rounds: int, window_s: float) -> dict:
+def duty(spark, web, work: Path, n_rounds: int, window_s: float, recrawl_s: float | None = None) -> dict:
     from crawl_udfs import config
     from jobs import common, inject, rounds
 
@@ -140,7 +140,8 @@ def duty(spark, web, work: Path, n_rounds: int, window_s: float) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     conf = config.load([_overlay(work / "duty.toml", root, web,
                                  f"[fetch]\ntask_budget_s = {window_s}\ntotal_timeout_s = 10.0\n"
-                                 "[generate]\nfetch_partitions = 2\n")])
+                                 "[generate]\nfetch_partitions = 2\n"
+                                 + (f"[schedule]\ndefault_interval_s = {recrawl_s}\n" if recrawl_s else ""))])
     common.ensure_tables(spark, conf)
     urls = [h.url(path) for h in web.plan.by_kind("site") for path in h.pages]
     (work / "duty-seeds.txt").write_text("\n".join(urls) + "\n")
@@ -156,7 +157,7 @@ def duty(spark, web, work: Path, n_rounds: int, window_s: float) -> dict:
            for r in rows]
     fetch_s = sum(p["fetch"] or 0 for p in per)
     rounds_s = sum(p["total"] or 0 for p in per)
-    return {"window_s": window_s, "injected": len(urls), "rounds": per, "fetch_s": fetch_s, "rounds_s": rounds_s, "wall_s": wall,
+    return {"window_s": window_s, "recrawl_s": recrawl_s, "injected": len(urls), "rounds": per, "fetch_s": fetch_s, "rounds_s": rounds_s, "wall_s": wall,
             "duty_rounds": fetch_s / rounds_s if rounds_s else 0.0, "duty_wall": fetch_s / wall if wall else 0.0}
 
 
@@ -181,7 +182,8 @@ def report(scale_rows: list[dict], duty_res: dict | None, header: str) -> str:
     if duty_res:
         d = duty_res
         lines += ["", f"(2) duty cycle: {len(d['rounds'])} rounds, fetch.task_budget_s={d['window_s']}, "
-                  f"politeness defaults (host_delay_s=1.0), {d['injected']} site pages injected",
+                  f"politeness defaults (host_delay_s=1.0), {d['injected']} site pages injected"
+                  + (f", re-crawl interval schedule.default_interval_s={d['recrawl_s']}" if d.get("recrawl_s") else ""),
                   f"{'round':>5} {'generate':>8} {'fetch':>7} {'update':>7} {'round':>7} {'pages':>6}"]
         for p in d["rounds"]:
             lines.append(f"{p['round']:>5} {p['generate'] or 0:>8.1f} {p['fetch'] or 0:>7.1f} "
@@ -198,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duty-rounds", type=int, default=4, help="rounds of the duty-cycle crawl (0: skip)")
     p.add_argument("--window", type=float, default=60.0, help="fetch.task_budget_s of the duty-cycle crawl")
     p.add_argument("--hosts", type=int, default=40, help="test-web hosts (ordinary sites)")
+    p.add_argument("--recrawl-interval", type=float, default=None,
+                   help="schedule.default_interval_s of the duty-cycle crawl (seconds): with a window longer "
+                        "than the largest site's pages at 1 s each, a short one keeps later rounds' windows full")
     p.add_argument("--json", help="also write the raw figures here")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -215,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             if sizes:  # warm-up (JVM JIT, Python workers, Delta's first snapshots), not reported
                 scale(spark, web, work, [2000], seeds)
             scale_rows = scale(spark, web, work, sizes, seeds) if sizes else []
-            duty_res = duty(spark, web, work, args.duty_rounds, args.window) if args.duty_rounds else None
+            duty_res = duty(spark, web, work, args.duty_rounds, args.window, args.recrawl_interval) if args.duty_rounds else None
             v = web.violations(host_delay_s=0.25)
     finally:
         shutil.rmtree(work, ignore_errors=True)
