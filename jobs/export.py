@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import ipaddress
 import json
 import os
 import re
@@ -63,6 +62,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawl_udfs.config import Config, ConfigError
+from crawl_udfs.dns import parse_ip
 
 SUBSETS = ("warc", "crawldiagnostics", "robotstxt")
 TMP_DIR = ".export-tmp"
@@ -110,14 +110,6 @@ def _psl(include_private: bool):
                                  include_psl_private_domains=include_private)
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        return False
-
-
 def surt_key(url: str) -> str:
     """SURT form of ``url`` as cdxj-indexer computes it (``surt.surt``); the URL itself if it cannot parse."""
     import surt
@@ -139,7 +131,7 @@ def url_parts(url: str) -> dict[str, Any]:
     host = (parts.hostname or "").rstrip(".").lower()
     out.update(url_protocol=parts.scheme.lower() or None, url_port=port, url_path=parts.path or None,
                url_query=parts.query or None, url_host_name=host or None)
-    if not host or _is_ip(host):
+    if not host or parse_ip(host) is not None:
         return out
     labels = host.split(".")
     names = ("url_host_tld", "url_host_2nd_last_part", "url_host_3rd_last_part", "url_host_4th_last_part",

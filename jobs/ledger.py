@@ -7,8 +7,10 @@ finishes a round stuck inside its step. Rows are written by MERGE on ``round``.
 Every read and write of this tiny table is a Spark job plus a Delta snapshot
 (about 0.5 s and 2.5 s on a quiet laptop), so a round does as few as it can:
 each verb reads its round once and hands that row to :func:`set_state`
-(``old=``), which returns the row it wrote; ``rounds.crawl`` reads once per
-round and takes the rest from the verbs. One writer at a time is assumed (the
+(``old=``), which returns the row it wrote. ``rounds.crawl`` adds one read
+before the round (to resume an unfinished one) and one for its summary; it
+does not yet hand rows to the verbs, so generate, fetch and update each read
+the round again (about five reads and four writes a round). One writer at a time is assumed (the
 Airflow DAG runs one round at a time).
 """
 

@@ -1,9 +1,9 @@
 """``deltacrawl status``: frontier size, due URLs, hosts, the last rounds.
 
 ``status --hosts`` (:func:`hosts_report`) lists every host that generate holds
-back or slows down, one line each with the reason: out of budget
-(``hosts.budget_reason``: pages or bytes, with the counters against the
-budgets), throttled by trap detection (``hosts.round_cap``), or parked until a
+back or slows down, one line each with the reason: out of budget (pages or
+bytes, by update's rule ``update_transforms.budget_reason`` recomputed against
+the current budgets, with the counters), throttled by trap detection (``hosts.round_cap``), or parked until a
 time in the future (``hosts.park_reason``: fetch failures, Retry-After, a long
 Crawl-delay, robots.txt unavailable, or ``trap: …``).
 """
@@ -26,9 +26,9 @@ def report(spark, conf: Config, *, last_rounds: int = 5) -> str:
     hosts = read(spark, conf, "hosts")
     h = hosts.agg(F.count("*").alias("hosts"),
                   F.sum(F.when(F.col("parked_until") > F.lit(now), 1).otherwise(0)).alias("parked"),
-                  F.sum(F.when(_out_of_budget(conf), 1).otherwise(0)).alias("exhausted"),
+                  F.sum(F.when(_budget_reason(conf).isNotNull(), 1).otherwise(0)).alias("exhausted"),
                   F.sum(F.when(F.col("round_cap").isNotNull(), 1).otherwise(0)).alias("throttled")).collect()[0]
-    exhausted = hosts.where(_out_of_budget(conf)).select("host").orderBy("host").limit(20).collect()
+    exhausted = hosts.where(_budget_reason(conf).isNotNull()).select("host").orderBy("host").limit(20).collect()
     parked = (hosts.where(F.col("parked_until") > F.lit(now)).select("host", "park_reason", "parked_until")
               .orderBy("host").limit(20).collect())
     rounds = read(spark, conf, "rounds").orderBy(F.col("round").desc()).limit(last_rounds).collect()
@@ -51,10 +51,10 @@ def report(spark, conf: Config, *, last_rounds: int = 5) -> str:
     return "\n".join(out)
 
 
-def _out_of_budget(conf: Config):
-    from pyspark.sql import functions as F
-    return ((F.col("pages_fetched") >= F.lit(conf.budget.max_pages_per_host))
-            | (F.col("bytes_fetched") >= F.lit(conf.budget.max_bytes_per_host)))
+def _budget_reason(conf: Config):
+    """update's rule (pages checked first): "pages", "bytes" or null, against the current budgets."""
+    from jobs.update_transforms import budget_reason
+    return budget_reason(conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host)
 
 
 def held_hosts(spark, conf: Config, *, now=None) -> list[dict]:
@@ -65,17 +65,17 @@ def held_hosts(spark, conf: Config, *, now=None) -> list[dict]:
     now = now or now_utc()
     b = conf.budget
     parked = F.col("parked_until") > F.lit(now)
-    rows = (read(spark, conf, "hosts").where(_out_of_budget(conf) | F.col("round_cap").isNotNull() | parked)
+    why_budget = _budget_reason(conf)
+    rows = (read(spark, conf, "hosts").where(why_budget.isNotNull() | F.col("round_cap").isNotNull() | parked)
             .select("host", "pages_fetched", "bytes_fetched", "round_cap", "trap_strikes", "trap_new_share",
-                    "parked_until", "park_reason", parked.alias("_parked"), _out_of_budget(conf).alias("_out"))
+                    "parked_until", "park_reason", parked.alias("_parked"), why_budget.alias("_budget"))
             .orderBy("host").collect())
     out = []
     for r in rows:
         states, why = [], []
-        if r["_out"]:
+        if r["_budget"]:
             states.append("budget_exhausted")
-            which = "pages" if r["pages_fetched"] >= b.max_pages_per_host else "bytes"
-            why.append(f"budget {which}: {r['pages_fetched']}/{b.max_pages_per_host} pages, "
+            why.append(f"budget {r['_budget']}: {r['pages_fetched']}/{b.max_pages_per_host} pages, "
                        f"{r['bytes_fetched']}/{b.max_bytes_per_host} bytes")
         if r["round_cap"] is not None:
             states.append("throttled")

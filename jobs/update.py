@@ -15,7 +15,8 @@ Transforms: ``jobs/update_transforms.py``. Outputs, in this order:
 2. MERGE into ``hosts`` on ``host``, guarded by ``t.updated_round < N``.
 3. Appends to ``fetch_log`` and ``links`` with ``txnAppId = deltacrawl-update-<table>``,
    ``txnVersion = N``: a rerun of round N appends nothing.
-4. Ledger N ``updated`` with the counts of :data:`COUNTS` and ``seconds.update``.
+4. Ledger N ``updated`` with the counts of :data:`COUNTS` and ``seconds.update`` (and
+   ``seconds.round`` when ``rounds.crawl`` passes the round's start).
 
 State-transition table: one row per (outcome / status code); base = the page
 row's fetch_time, or the update's ``now`` when nothing was sent; intervals are
@@ -148,6 +149,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import sys
 from dataclasses import dataclass
@@ -183,8 +185,9 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
          keep: Callable[[Any], Any] = lambda df: df) -> Plan:
     """The whole update of one round as DataFrames, from the inputs as they were before it.
 
-    ``keep`` is applied to the intermediate results used more than once (e.g.
-    ``DataFrame.persist``): without it every use recomputes its whole lineage.
+    ``keep`` is applied to the intermediate results used more than once (``run``
+    writes each to Parquet and reads it back, see :func:`_staged`; a test may
+    pass ``DataFrame.persist``): without it every use recomputes its whole lineage.
     """
     park = conf.politeness.park_duration_s
     prepared = keep(T.prepare(fetch_output, fetch_list, crawldb))
@@ -218,6 +221,7 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
     with common.Timer() as timer:
         n, row = _round(spark, conf, round_no)
         if row["state"] == "updated":
+            _remove(staging_dir(conf, n))  # left by a crash between the ledger write and its removal
             return {"round": n, "skipped": True, "state": "updated"}
         now = now or row.get("fetched_at") or common.now_utc()
         tag = f"deltacrawl update round {n}"
@@ -226,14 +230,15 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
         fetch_output = common.read(spark, conf, "fetch_output").where(F.col("round") == n)
         fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
         stage = staging_dir(conf, n)
-        kept = iter(range(1_000))
+        kept = itertools.count()
 
         def keep(df):  # intermediate results: written once, read back with a one-scan lineage
             return _staged(spark, df, f"{stage}/part-{next(kept)}")
         p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, keep=keep)
         # the plan is computed once, into Parquet, before any commit
         staged = {name: _staged(spark, df, f"{stage}/{name}") for name, df in (
-            ("crawldb", p.crawldb_source), ("hosts", p.hosts), ("fetch_log", p.fetch_log), ("links", p.links))}
+            ("crawldb", p.crawldb_source), ("fetch_log", p.fetch_log), ("links", p.links))}
+        staged["hosts"] = p.hosts  # already staged by ``keep``
         counts = _counts(staged["crawldb"])
         counts.update(_host_counts(staged["hosts"], now))
         counts["fetch_log_rows"] = staged["fetch_log"].count()
@@ -254,7 +259,7 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
 
 
 def staging_dir(conf: Config, n: int) -> str:
-    """Where round N's MERGE sources are written (removed once the round is ``updated``)."""
+    """Where round N's MERGE sources and intermediate results are written (removed once it is ``updated``)."""
     return f"{common.root(conf)}/staging/update/round={int(n)}"
 
 
@@ -262,16 +267,17 @@ def _staged(spark, df, path: str):
     """``df`` written once as Parquet and read back: later steps scan a file.
 
     Used for the MERGE sources and for the plan's intermediate results (the
-    ``keep`` of :func:`plan`). Measured (2 cores, 40 hosts, ~1,000 URLs a
-    round, UI job timings): handed the lazy plan, the crawl-DB MERGE took 34 s
-    in ~270 Spark jobs, of which Delta's own MERGE was 3 s; the rest was Spark
-    recomputing cached plans that read the table the commit had just changed.
-    Staging the MERGE sources (caches dropped before the first commit) brought
-    update to ~40 s; staging the intermediate results instead of caching them
-    brought it to 27–30 s: each later plan starts from a small file, so Spark
-    analyses and plans much less (building the plan went from 10–12 s of
-    driver time to ~2 s). A crash after these writes is harmless: the rerun
-    rewrites the same rows from the same pre-round snapshots.
+    ``keep`` of :func:`plan`). Measured (2 cores, UI job timings): handed the
+    lazy plan, the crawl-DB MERGE of an 80-URL round took 34 s in ~270 Spark
+    jobs, of which Delta's own MERGE was 3 s; the rest was Spark recomputing
+    cached plans that read the table the commit had just changed. Staging the
+    MERGE sources (caches dropped before the first commit) left update at
+    35–49 s for rounds of 270–1,000 URLs on 40 hosts; staging the intermediate
+    results instead of caching them brought it to 26–32 s: each later plan
+    starts from a small file, so Spark analyses and plans much less (building
+    the plan, staged writes aside, went from 10–12 s of driver time to ~2 s).
+    A crash after these writes is harmless: the rerun rewrites the same rows
+    from the same pre-round snapshots.
     """
     df.write.mode("overwrite").parquet(path)
     return spark.read.parquet(path)

@@ -27,6 +27,7 @@ from typing import Iterable
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, HOSTS, LINKS
 
@@ -344,10 +345,10 @@ def trap_signals(updated: DataFrame, crawldb: DataFrame, *, near_bits: int) -> D
         raise ValueError(f"simhash.near_duplicate_bits must be within 0..15, got {k}")
     first = updated.where(F.col(_FIRST))
     exact = F.col("status") == Status.DUPLICATE.value
-    cand = first.where(~exact & F.col("simhash").isNotNull() & (F.col("simhash") != 0)).select(
+    cand = first.where(~exact & F.col("simhash").isNotNull() & (F.col("simhash") != F.lit(EMPTY_SIMHASH))).select(
         "host", "url_fp", "simhash")
     hosts = cand.select("host").distinct()
-    stored = (crawldb.where(F.col("simhash").isNotNull() & (F.col("simhash") != 0)).select("host", "simhash")
+    stored = (crawldb.where(F.col("simhash").isNotNull() & (F.col("simhash") != F.lit(EMPTY_SIMHASH))).select("host", "simhash")
               .join(F.broadcast(hosts), "host", "left_semi").distinct()
               .select("host", F.col("simhash").alias("k_sim"), F.lit(None).cast("long").alias("k_fp")))
     peers = cand.groupBy("host", F.col("simhash").alias("k_sim")).agg(F.min("url_fp").alias("k_fp"))
