@@ -26,15 +26,19 @@
   reported as ``redirect_loop``; longer loops end because a target already in
   the crawl DB is not re-inserted, and chains end at ``fetch.max_redirect_hops``.
 - **CPU work stays off the politeness path.** A host is released the moment
-  its response body is in. What follows (parsing, SimHash, digests, WARC) runs
-  on ``fetch.parse_threads`` threads (0: inline on the event loop), so the
-  loop goes on reading responses and releasing hosts meanwhile; WARC records
-  are written by one thread at a time (a lock), an exchange's records together.
-  The host's response time (``politeness.response_time_factor``) is the
-  server's time to first byte (request written to first bytes read), so this
-  task's own CPU backlog never lengthens its delays.
-- The event loop, HTTP session, DNS cache, parse threads and WARC writer are
-  created here and closed in ``finally``; nothing survives into the next task
+  its response body is in. What follows (parsing, SimHash, digests, WARC) is
+  queued: with ``fetch.parse_threads = 0`` (the default) one coroutine works
+  the queue on the event loop, one page at a time, and yields to the loop
+  after each, so reading responses, releasing hosts and starting requests
+  never wait behind more than one page's work (~1 ms); with N > 0 it runs on
+  N threads instead (the GIL makes that slower for the Python part; measured,
+  ``bench/RESULTS.md``). WARC records are written one exchange at a time (a
+  lock), an exchange's records together. The host's response time
+  (``politeness.response_time_factor``) is the server's time to first byte
+  (request written to first bytes read), so this task's own CPU backlog never
+  lengthens its delays.
+- The event loop, HTTP session, DNS cache, page queue (or parse threads) and
+  WARC writer are created here and closed in ``finally``; nothing survives into the next task
   run by the same (reused) Python worker.
 """
 
@@ -47,7 +51,7 @@ import math
 import os
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol
@@ -146,6 +150,8 @@ class _Task:
         self.sched = PolitenessScheduler(conf.politeness, clock=clock.now)
         self.results: dict[int, FetchResult] = {}   # id(item) -> result (written by parse threads too)
         self.pool: ThreadPoolExecutor | None = None
+        self.pages: deque = deque()                 # (item, resp, waited, retry_after) awaiting _page_done
+        self.pages_ready: asyncio.Event | None = None
         self.warc_lock = threading.Lock()
         self.failed: list[asyncio.Task] = []
         self.hosts: dict[str, _HostRun] = {}
@@ -158,9 +164,13 @@ class _Task:
         os.makedirs(self.warc_dir, exist_ok=True)
         warc = RollingWarcWriter(self.warc_dir, self.conf.warc, name_fn=self.warc_name)
         threads = self.conf.fetch.parse_threads
+        worker = None
         try:
             if threads > 0:
                 self.pool = ThreadPoolExecutor(threads, thread_name_prefix="deltacrawl-parse")
+            else:
+                self.pages_ready = asyncio.Event()
+                worker = asyncio.get_running_loop().create_task(self._work_pages())
             async with Fetcher(self.conf, wall_clock=self.clock.now) as fetcher:
                 self.fetcher, self.warc = fetcher, warc
                 self._admit_all(start)
@@ -170,6 +180,11 @@ class _Task:
             try:
                 if self.pool is not None:
                     self.pool.shutdown(wait=True)  # every page handed over is finished and written
+                if worker is not None:
+                    worker.cancel()  # it stops at an await, between pages; what is left is done here
+                    await asyncio.gather(worker, return_exceptions=True)
+                    while self.pages:
+                        self._page_done(*self.pages.popleft())
             finally:
                 warc.close()
         for item in self.sched.drain():
@@ -238,6 +253,16 @@ class _Task:
                         timer.cancel()
             elif timeout > 0:
                 await self.clock.sleep(timeout)
+
+    async def _work_pages(self) -> None:
+        """Work the page queue on the loop: one page, then yield, so I/O and timers run in between."""
+        pages, ready = self.pages, self.pages_ready
+        while True:
+            while pages:
+                self._page_done(*pages.popleft())
+                await asyncio.sleep(0)
+            ready.clear()
+            await ready.wait()
 
     # -- admission ------------------------------------------------------------------------
     def _admit_all(self, start: float) -> None:
@@ -390,16 +415,17 @@ class _Task:
             retry_after = _retry_after(_header(resp.headers, "retry-after"), self.clock.now())
         self.sched.release(run.name, response_time_s=_response_time_s(resp), ended_at=self._ended_at(resp),
                            status=status, error=resp.error_class is not None, retry_after_s=retry_after)
-        if self.pool is None:
-            self._page_done(item, resp, waited, retry_after)
-        else:
-            # Shielded: a page handed over is finished (result and WARC) even if this task is cancelled.
-            await asyncio.shield(asyncio.get_running_loop().run_in_executor(
-                self.pool, self._page_done, item, resp, waited, retry_after))
         if status is not None and status >= 400 and run.policy is not None:
             age = self.clock.now() - run.policy.fetched_at
             if age >= self.conf.robots.recheck_after_error_s:
                 self._request_robots(run)
+        if self.pool is None:
+            self.pages.append((item, resp, waited, retry_after))
+            self.pages_ready.set()
+        else:
+            # Shielded: a page handed over is finished (result and WARC) even if this task is cancelled.
+            await asyncio.shield(asyncio.get_running_loop().run_in_executor(
+                self.pool, self._page_done, item, resp, waited, retry_after))
 
     def _ended_at(self, resp: FetchResponse) -> float | None:
         """When the host's request counts as ended, in the task clock's timebase (None: now).
@@ -417,7 +443,7 @@ class _Task:
 
     # -- results --------------------------------------------------------------------------
     def _page_done(self, item: FetchItem, resp: FetchResponse, waited: float, retry_after: float | None) -> None:
-        """Everything after the body, on a parse thread (or inline): the page's FetchResult."""
+        """Everything after the body, from the page queue or on a parse thread: the page's FetchResult."""
         try:
             result = self._classify(item, resp)
         except Exception as e:  # a bug in parsing one page must not sink the task

@@ -67,13 +67,17 @@ _CHUNK = 1 << 16  # shingles per bit-matrix chunk: 64 Ki x 64 B = 4 MiB
 _NOSPACE = "\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
 _WORD = re.compile(rf"[{_NOSPACE}]|[^\W{_NOSPACE}]+")
 _PLAIN_WORD = re.compile(r"\w+")  # same tokens when no space-less script is present, ~30 % faster
+_ASCII_WORD = re.compile(r"[a-z0-9_]+")  # ``\w+`` on lower-cased ASCII text, ~25 % faster again
 _HAS_NOSPACE = re.compile(rf"[{_NOSPACE}]")
 
 
 def words(text: str) -> list[str]:
     """The tokens SimHash shingles: lower-cased words, all-digit words as ``#``."""
     text = text.lower()
-    pattern = _WORD if _HAS_NOSPACE.search(text) else _PLAIN_WORD
+    if text.isascii():
+        pattern = _ASCII_WORD
+    else:
+        pattern = _WORD if _HAS_NOSPACE.search(text) else _PLAIN_WORD
     tokens = pattern.findall(text)
     numbers = dict.fromkeys(filter(str.isdecimal, tokens), "#")
     return list(map(numbers.get, tokens, tokens)) if numbers else tokens

@@ -59,6 +59,8 @@ TRUNCATION_REASONS = frozenset({"length", "time", "disconnect", "unspecified"})
 HIDDEN_HEADER_PREFIX = b"X-Crawler-"
 _HIDDEN_HEADERS = frozenset({b"content-encoding", b"transfer-encoding", b"content-length"})
 _HIDDEN_LENGTHS = frozenset(map(len, _HIDDEN_HEADERS))
+_HIDDEN_PREFIX_STR = HIDDEN_HEADER_PREFIX.decode("ascii")
+_HIDDEN_NAMES_STR = frozenset(n.decode("ascii") for n in _HIDDEN_HEADERS)
 _CRLF = b"\r\n"
 _EPOCH = datetime(1970, 1, 1)
 
@@ -135,14 +137,46 @@ def _octets(value: str | bytes) -> bytes:
     return raw
 
 
-def _http_headers(lines: Iterable[Header], *, hide_framing: bool) -> list[bytes]:
+def _http_headers(lines: Iterable[Header], *, hide_framing: bool) -> bytes:
+    """The header lines, ``name: value CRLF`` each, with the bytes the module docstring promises.
+
+    Fast path (what aiohttp hands over): every name and value a ``str`` without CR or LF,
+    joined and encoded once -- UTF-8 with ``surrogateescape`` encodes code point by code
+    point, so that is byte for byte what :func:`_header_octets` gives. Anything else goes
+    through :func:`_header_octets`.
+    """
+    if not isinstance(lines, list):
+        lines = list(lines)
+    try:
+        text = _header_text(lines, hide_framing)
+    except TypeError:  # a bytes (or otherwise non-str) name or value
+        text = None
+    return _header_octets(lines, hide_framing) if text is None else text.encode("utf-8", "surrogateescape")
+
+
+def _header_octets(lines: list[Header], hide_framing: bool) -> bytes:
+    """Header by header through :func:`_octets`: any mix of ``str`` and ``bytes``, CR/LF made spaces."""
     out = []
     for name, value in lines:
         n = _octets(name)
         if hide_framing and len(n) in _HIDDEN_LENGTHS and n.lower() in _HIDDEN_HEADERS:
             n = HIDDEN_HEADER_PREFIX + n
         out.append(b"%s: %s\r\n" % (n, _octets(value)))
-    return out
+    return b"".join(out)
+
+
+def _header_text(lines: list[Header], hide_framing: bool) -> str | None:
+    """All-``str`` header lines as one ``str``; None if a name or value holds CR or LF.
+
+    Raises TypeError if a name or value is not a ``str``. Framing headers are hidden exactly
+    as :func:`_header_octets` hides them: ASCII names, compared case-insensitively.
+    """
+    lines = [(_HIDDEN_PREFIX_STR + n, v) if hide_framing and n.lower() in _HIDDEN_NAMES_STR and n.isascii()
+             else (n, v) for n, v in lines]  # (n, v): a malformed line fails as in _header_octets
+    text = "\r\n".join(map(": ".join, lines)) + "\r\n" if lines else ""
+    if text.count("\r") != len(lines) or text.count("\n") != len(lines):
+        return None
+    return text
 
 
 def _fields_block(fields: Mapping[str, str]) -> bytes:
@@ -184,7 +218,7 @@ class WarcRecordWriter:
             raise ValueError(f"WARC-Truncated must be one of {sorted(TRUNCATION_REASONS)}, got {ex.truncated!r}")
         req_id = self._write_request(ex)
         rid = self._new_id()
-        head = self._status_line(ex) + b"".join(_http_headers(ex.response_headers, hide_framing=True))
+        head = self._status_line(ex) + _http_headers(ex.response_headers, hide_framing=True)
         head += b"Content-Length: %d\r\n\r\n" % len(ex.body)
         headers = self._common("response", ex, rid, "application/http; msgtype=response")
         headers.append(("WARC-Concurrent-To", req_id))
@@ -201,7 +235,7 @@ class WarcRecordWriter:
         """Request, then a server-not-modified revisit (headers only; any body is dropped)."""
         req_id = self._write_request(ex)
         rid = self._new_id()
-        head = self._status_line(ex) + b"".join(_http_headers(ex.response_headers, hide_framing=True)) + _CRLF
+        head = self._status_line(ex) + _http_headers(ex.response_headers, hide_framing=True) + _CRLF
         headers = self._common("revisit", ex, rid, "application/http; msgtype=response")
         headers.append(("WARC-Concurrent-To", req_id))
         headers += self._address(ex)
@@ -220,7 +254,7 @@ class WarcRecordWriter:
     def _write_request(self, ex: HttpExchange) -> str:
         rid = self._new_id()
         line = b"%s %s HTTP/%s\r\n" % (_octets(ex.method), _octets(ex.request_target), _octets(ex.http_version))
-        head = line + b"".join(_http_headers(ex.request_headers, hide_framing=False)) + _CRLF
+        head = line + _http_headers(ex.request_headers, hide_framing=False) + _CRLF
         headers = self._common("request", ex, rid, "application/http; msgtype=request") + self._address(ex)
         self._write(headers, [head], rid)
         return rid
