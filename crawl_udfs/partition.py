@@ -29,17 +29,19 @@
   its response body is in. What follows (parsing, SimHash, digests, WARC) is
   queued: with ``fetch.parse_threads = 0`` (the default) one coroutine works
   the queue on the event loop, one page at a time, and yields to the loop
-  after each, so reading responses, releasing hosts and starting requests
-  never wait behind more than one page's work (~1 ms); with N > 0 it runs on
-  N threads instead (the GIL makes that slower for the Python part; measured,
-  ``bench/RESULTS.md``). WARC records are written one exchange at a time (a
-  lock), an exchange's records together. The host's response time
+  after each, so every loop turn that reads responses, releases hosts and
+  starts requests carries at most one page's work (~1 ms); with N > 0 it runs
+  on N threads instead (the GIL makes that slower for the Python part;
+  measured, ``bench/RESULTS.md``). Either way a request's task ends only when
+  its page is done, so at most ``fetch.max_concurrency`` pages are held in
+  memory. WARC records are written one exchange at a time (a lock), an
+  exchange's records together. The host's response time
   (``politeness.response_time_factor``) is the server's time to first byte
   (request written to first bytes read), so this task's own CPU backlog never
   lengthens its delays.
 - The event loop, HTTP session, DNS cache, page queue (or parse threads) and
-  WARC writer are created here and closed in ``finally``; nothing survives into the next task
-  run by the same (reused) Python worker.
+  WARC writer are created here and closed in ``finally``; nothing survives
+  into the next task run by the same (reused) Python worker.
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ class _Task:
         self.sched = PolitenessScheduler(conf.politeness, clock=clock.now)
         self.results: dict[int, FetchResult] = {}   # id(item) -> result (written by parse threads too)
         self.pool: ThreadPoolExecutor | None = None
-        self.pages: deque = deque()                 # (item, resp, waited, retry_after) awaiting _page_done
+        self.pages: deque = deque()                 # (done future, (item, resp, waited, retry_after)) for _page_done
         self.pages_ready: asyncio.Event | None = None
         self.warc_lock = threading.Lock()
         self.failed: list[asyncio.Task] = []
@@ -184,7 +186,7 @@ class _Task:
                     worker.cancel()  # it stops at an await, between pages; what is left is done here
                     await asyncio.gather(worker, return_exceptions=True)
                     while self.pages:
-                        self._page_done(*self.pages.popleft())
+                        self._page_done(*self.pages.popleft()[1])
             finally:
                 warc.close()
         for item in self.sched.drain():
@@ -259,7 +261,10 @@ class _Task:
         pages, ready = self.pages, self.pages_ready
         while True:
             while pages:
-                self._page_done(*pages.popleft())
+                done, args = pages.popleft()
+                self._page_done(*args)
+                if not done.done():
+                    done.set_result(None)
                 await asyncio.sleep(0)
             ready.clear()
             await ready.wait()
@@ -420,8 +425,13 @@ class _Task:
             if age >= self.conf.robots.recheck_after_error_s:
                 self._request_robots(run)
         if self.pool is None:
-            self.pages.append((item, resp, waited, retry_after))
+            # The request's task waits for its page, so pages held in memory (fetched or
+            # queued) stay within fetch.max_concurrency, as with threads. Cancelled (the
+            # budget), the page still gets done: it stays queued for the worker or run().
+            done = asyncio.get_running_loop().create_future()
+            self.pages.append((done, (item, resp, waited, retry_after)))
             self.pages_ready.set()
+            await done
         else:
             # Shielded: a page handed over is finished (result and WARC) even if this task is cancelled.
             await asyncio.shield(asyncio.get_running_loop().run_in_executor(
