@@ -5,7 +5,7 @@ Run from the repository root with the venv's python::
     python -m bench.fetch_bench            # full run, ~4.5 minutes on 2 idle cores
     python -m bench.fetch_bench --quick    # smaller, under a minute on idle cores
     python -m bench.fetch_bench --profile  # also cProfile one crawler run of (b), print the top functions
-    python -m bench.fetch_bench --set fetch.parse_threads=0   # any config override, in every crawler run
+    python -m bench.fetch_bench --set fetch.parse_threads=1   # any config override, in every crawler run
     python -m bench.fetch_bench --param a_pages=5            # any benchmark parameter (``Params``)
 
 Every figure is a RATIO of two things measured side by side in one run, because
