@@ -262,7 +262,12 @@ class _Task:
         while True:
             while pages:
                 done, args = pages.popleft()
-                self._page_done(*args)
+                try:
+                    self._page_done(*args)
+                except Exception as e:  # a bug: fail the page's request task, which surfaces it
+                    if not done.done():
+                        done.set_exception(e)
+                    raise
                 if not done.done():
                     done.set_result(None)
                 await asyncio.sleep(0)

@@ -271,6 +271,32 @@ def test_pages_held_stay_within_the_concurrency_cap(tmp_path, monkeypatch):
     assert len(held) >= 100 and 2 <= max(held) <= 16, held
 
 
+def test_a_bug_in_page_work_fails_the_task_instead_of_hanging(tmp_path, monkeypatch):
+    """The page queue's worker dying must not leave request tasks waiting on their pages."""
+    import time
+
+    from crawl_udfs import partition
+
+    real_done, calls = partition._Task._page_done, []
+
+    def page_done(self, *args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("bug in page work")
+        return real_done(self, *args)
+
+    monkeypatch.setattr(partition._Task, "_page_done", page_done)
+    with TestWeb(tmp_path / "web", n_hosts=12, seed=13, kinds=["site"]) as web:
+        conf = _conf(web, "fetch.parse_threads=0", "politeness.host_delay_s=0.2")
+        hosts = [h for h in web.plan.by_kind("site") if len(h.pages) >= 3][:6]
+        urls = [normalize(h.url(p)) for h in hosts for p in sorted(h.pages)[:3]]
+        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in urls]
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="bug in page work"):
+            list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"e-{i}.warc.gz"))
+    assert time.monotonic() - t0 < BUDGET / 2
+
+
 @pytest.mark.parametrize("threads", [0, 2])
 def test_parse_threads_results_match_their_warc_records(tmp_path, threads):
     """Inline (0) or on parse threads, every page's result is what its own WARC record says,
