@@ -34,6 +34,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import time
@@ -80,15 +81,23 @@ def parse_ip(text: str) -> IPAddress | None:
 
 
 class AddressGuard:
-    """The SSRF guard: ``check(ip)`` is True only for addresses a crawler may connect to."""
+    """The SSRF guard: ``check(ip)`` is True only for addresses a crawler may connect to.
+
+    Verdicts on address strings are remembered (the guard never changes; a fetch task
+    asks about the same few addresses on every connection).
+    """
 
     def __init__(self, allow_private_cidrs: Iterable[str] = ()):
         try:
             self._allow = tuple(ipaddress.ip_network(c, strict=False) for c in allow_private_cidrs)
         except ValueError as e:
             raise ValueError(f"net.allow_private_cidrs: {e}") from None
+        self._check_text = functools.lru_cache(maxsize=4096)(self._check)
 
     def check(self, ip: str | IPAddress) -> bool:
+        return self._check_text(ip) if isinstance(ip, str) else self._check(ip)
+
+    def _check(self, ip: str | IPAddress) -> bool:
         addr = ip if isinstance(ip, (ipaddress.IPv4Address, ipaddress.IPv6Address)) else parse_ip(ip)
         if addr is None:
             return False
@@ -99,7 +108,7 @@ class AddressGuard:
             if embedded is None and addr in _NAT64:
                 embedded = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
             if embedded is not None:
-                return self.check(embedded)
+                return self._check(embedded)
         if any(addr.version == n.version and addr in n for n in _DENY):
             return False
         return addr.is_global and not (addr.is_multicast or addr.is_reserved or addr.is_unspecified)

@@ -475,7 +475,6 @@ class _GuardedConnector(aiohttp.TCPConnector):
 
     def __init__(self, guard: AddressGuard, **kwargs: Any):
         self._guard = guard
-        self._peer_ok: dict[str, bool] = {}  # guard verdicts per peer address (the guard never changes)
         super().__init__(socket_factory=self._socket, **kwargs)
         # aiohttp's protocol factory (private, like _retry_connection above; aiohttp is pinned and
         # tests/test_fetcher.py::test_server_time_excludes_event_loop_lag catches a change)
@@ -491,10 +490,7 @@ class _GuardedConnector(aiohttp.TCPConnector):
         conn = await super().connect(req, traces, timeout)
         peer = conn.transport.get_extra_info("peername") if conn.transport is not None else None
         ip = peer[0] if peer else None
-        ok = self._peer_ok.get(ip) if ip is not None else True
-        if ok is None:
-            ok = self._peer_ok[ip] = self._guard.check(ip)
-        if not ok:
+        if ip is not None and not self._guard.check(ip):
             conn.close()
             raise AddressBlocked(f"connected peer {ip} is refused")
         phase = _PHASE.get(None)

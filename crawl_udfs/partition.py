@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import logging
 import math
 import os
@@ -148,7 +149,8 @@ class _Task:
         # Outlinks repeat from page to page of a site (menus, footers): normalise and filter each once.
         self.link_normalizer = CachedNormalizer(self.normalizer, conf.parse.link_cache_entries)
         self.url_filter = UrlFilter(conf.filter)
-        self.filter_memo: dict[str, str | None] = {}
+        # Outlinks repeat too: UrlFilter.reason remembered per URL, bounded like the link cache.
+        self._filter_reason = functools.lru_cache(conf.parse.link_cache_entries)(self.url_filter.reason)
         self.sched = PolitenessScheduler(conf.politeness, clock=clock.now)
         self.results: dict[int, FetchResult] = {}   # id(item) -> result (written by parse threads too)
         self.pool: ThreadPoolExecutor | None = None
@@ -537,16 +539,6 @@ class _Task:
         if parsed.is_html and parsed.main_text.strip():
             r.simhash = simhash(parsed.main_text, self.conf.simhash.shingle_words)
         return r
-
-    def _filter_reason(self, url: str) -> str | None:
-        """``UrlFilter.reason``, remembered per URL (bounded like the link cache)."""
-        memo = self.filter_memo
-        why = memo.get(url, memo)  # the dict itself as "missing": None is a verdict
-        if why is memo:
-            if len(memo) >= self.conf.parse.link_cache_entries:
-                memo.clear()
-            why = memo[url] = self.url_filter.reason(url)
-        return why
 
     @staticmethod
     def _point(r: FetchResult, ptr) -> None:

@@ -209,7 +209,9 @@ class UrlNormalizer:
 
 
 _MISS = object()
-_NOT_PLAIN = re.compile(r"[^!$&'()*+,\-./0-9;=?@A-Z_a-z~%]")  # a character that could change how a ref parses
+# A character that could change how a reference parses. ":" is one (a reference
+# such as "http:x" or "mailto:" may carry a scheme), so such references get the whole base as scope.
+_NOT_PLAIN = re.compile(r"[^!$&'()*+,\-./0-9;=?@A-Z_a-z~%]")
 
 
 class CachedNormalizer:
@@ -264,8 +266,6 @@ class CachedNormalizer:
         authority = base.find("/", base.find("//") + 2)  # a result always has "/" after its authority
         if url[0] == "/":
             return base[:authority] if url[1:2] != "/" else base
-        if ":" in url.partition("/")[0]:  # may be a scheme ("http:x", "mailto:")
-            return base
         query = base.find("?")
         return "\x00" + base[: base.rfind("/", 0, query if query >= 0 else len(base)) + 1]
 
