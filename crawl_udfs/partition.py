@@ -158,6 +158,7 @@ class _Task:
         self.pages_ready: asyncio.Event | None = None
         self.warc_lock = threading.Lock()
         self.failed: list[asyncio.Task] = []
+        self.wake_driver: Callable[[], None] = lambda: None  # set by _drive_loop
         self.hosts: dict[str, _HostRun] = {}
         self.queued_at: dict[int, float] = {}
 
@@ -214,7 +215,8 @@ class _Task:
         """Lease what the scheduler allows, then sleep until a request ends or a host falls due.
 
         Each request task wakes the loop through a done-callback (O(1) per request,
-        where ``asyncio.wait`` would hook every running task on every wake-up).
+        where ``asyncio.wait`` would hook every running task on every wake-up), and
+        again when it releases its host, before its page is worked.
         """
         loop = asyncio.get_running_loop()
         cap = self.conf.fetch.max_concurrency
@@ -230,6 +232,8 @@ class _Task:
             if not t.cancelled() and t.exception() is not None:
                 self.failed.append(t)
             poke()
+
+        self.wake_driver = poke  # a release may make its host due at once (no delay)
 
         while True:
             if self.failed:
@@ -427,6 +431,7 @@ class _Task:
             retry_after = _retry_after(_header(resp.headers, "retry-after"), self.clock.now())
         self.sched.release(run.name, response_time_s=_response_time_s(resp), ended_at=self._ended_at(resp),
                            status=status, error=resp.error_class is not None, retry_after_s=retry_after)
+        self.wake_driver()  # this task lives on until its page is done; the host need not wait for that
         if status is not None and status >= 400 and run.policy is not None:
             age = self.clock.now() - run.policy.fetched_at
             if age >= self.conf.robots.recheck_after_error_s:
