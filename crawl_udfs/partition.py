@@ -452,16 +452,15 @@ class _Task:
     def _ended_at(self, resp: FetchResponse) -> float | None:
         """When the host's request counts as ended, in the task clock's timebase (None: now).
 
-        Now, but at least ``politeness.end_margin_s`` after the loop read the response's
-        last bytes: a server may log the end of a request a little after it sent them,
-        and its log must still show the whole delay. (Counting from the read itself
-        would gain the time the loop took to get round to this response, but a server
-        delayed in logging would then see a short gap; measured, bench/RESULTS.md.)
+        When the loop read the response's last bytes (a body read to its end), plus
+        ``politeness.end_margin_s``: not when this coroutine got round to it, which on a busy
+        loop is a few milliseconds later (measured, bench/RESULTS.md). The server sent those
+        bytes before they were read, so its own log shows at least the whole delay.
         """
         if resp.last_bytes_at is None:
             return None
-        short = self.conf.politeness.end_margin_s - (asyncio.get_running_loop().time() - resp.last_bytes_at)
-        return self.clock.now() + short if short > 0 else None
+        since_read = asyncio.get_running_loop().time() - resp.last_bytes_at
+        return self.clock.now() + self.conf.politeness.end_margin_s - max(0.0, since_read)
 
     # -- results --------------------------------------------------------------------------
     def _page_done(self, item: FetchItem, resp: FetchResponse, waited: float, retry_after: float | None) -> None:

@@ -528,3 +528,44 @@ def test_analysis_flags_and_counts():
     assert not v.clean and "SSRF bait: 1" in v.summary()
     assert v.min_slack_s == 0.0 and v.min_gap_by_host == {"a": 1.0, "t": 4.0}
     assert analyze([L("a", 0, 1), L("a", 2.5, 3)], 1.0).clean
+
+
+class _FakeTransport:
+    def __init__(self, pending: int = 0):
+        self.pending, self.written = pending, []
+
+    def write(self, data: bytes) -> None:
+        self.written.append((time.time(), data))
+        time.sleep(0.03)  # as if the kernel ran the woken client before this server resumed
+
+    def get_write_buffer_size(self) -> int:
+        return self.pending
+
+    def is_closing(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("case", ["sent", "buffered", "aborted"])
+def test_log_end_is_stamped_just_before_the_last_write(case):
+    """``end`` is when the last write handed the response over (stamped before the write, so a
+    client can never have read the response before it); when bytes stay buffered or the
+    exchange was aborted, it is when the exchange was logged."""
+    from tests.testweb.server import Exchange, TestWebServer
+
+    class Log:
+        def write(self, rec):
+            self.rec = dict(rec)
+
+    srv = type("S", (), {"log": Log()})()
+    transport = _FakeTransport(pending=100 if case == "buffered" else 0)
+    ex = Exchange("a.test", "127.1.0.1", "/", "GET", "ua", "127.0.0.1", transport)
+    ex.transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    ex.transport.write(b"body")
+    if case == "aborted":
+        ex["aborted"] = True
+    TestWebServer.finish(srv, ex)
+    last_write_called = transport.written[-1][0]
+    if case == "sent":
+        assert ex["start"] <= srv.log.rec["end"] <= last_write_called
+    else:
+        assert srv.log.rec["end"] >= last_write_called + 0.03

@@ -8,8 +8,9 @@ Definitions (so that expectations are exact):
 - *required delay* of a host = max(``host_delay_s``, its robots Crawl-delay); a
   request whose gap is below it by more than ``tolerance_s`` (default 5 ms) is
   *too close*. The tolerance is measurement slack, not leniency: the server
-  stamps ``end`` after its last write returns, which was measured up to ~3 ms
-  after the client had the whole response and released the host.
+  stamps ``end`` just before its last write and ``start`` when the handler
+  starts, with the wall clock; the client counts its delays on the monotonic
+  clock, and the two may drift apart by a fraction of a millisecond a second.
 - *in flight* = the most requests whose [start, end] intervals overlap at one
   instant (one ending exactly when another starts does not overlap), per host
   name and per local address.

@@ -6,6 +6,10 @@ so it has its own event loop and GIL and measures the crawler as it really behav
 Guarantees:
 - every request that reaches a handler is logged as one JSON line, flushed at once,
   when its response is fully written or the connection is gone (``aborted``);
+- ``start`` is stamped when the handler starts (after the request has arrived) and
+  ``end`` just before the write that handed the response's last bytes to the kernel
+  (see :meth:`TestWebServer.finish`), so a client can never have read a response
+  before its ``end``;
 - a request is served only on the address its host maps to (else 421), and
   everything arriving on a bait address (127.0.0.1, 127.66.0.1, ::1) is logged
   with ``bait: true``;
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import gzip
 import hashlib
 import itertools
@@ -104,7 +109,8 @@ class RequestLog:
 class Exchange:
     """One request being served; becomes one log line."""
 
-    def __init__(self, host: str, addr: str, target: str, method: str, ua: str, peer: str):
+    def __init__(self, host: str, addr: str, target: str, method: str, ua: str, peer: str, transport=None):
+        self.transport = _stamped(transport)
         self.rec = {"host": host, "addr": addr, "path": target, "method": method, "ua": ua, "peer": peer,
                     "start": time.time(), "end": None, "status": 0, "bytes": 0, "kind": None,
                     "disallowed": False, "in_retry_after": False, "bait": False, "aborted": False}
@@ -114,6 +120,27 @@ class Exchange:
 
     def __setitem__(self, k, v):
         self.rec[k] = v
+
+
+def _stamped(transport):
+    """``transport``, its ``write`` wrapped to note in ``last_write_at`` when it was last called.
+
+    Why: a write to a socket wakes the reading client, and on a busy machine the kernel
+    may run the client at once and this server only later (wake-up preemption). A
+    stamp taken after the last write returned was measured 10-20 ms after the client
+    had read the whole response and even released the host, so the log showed gaps
+    shorter than the client really left. A stamp taken before the write is never
+    after the bytes left."""
+    if transport is not None and not hasattr(transport, "last_write_at"):
+        write = transport.write
+
+        def stamped_write(data) -> None:
+            transport.last_write_at = time.time()
+            write(data)
+
+        transport.last_write_at = None
+        transport.write = stamped_write
+    return transport
 
 
 def _host_of(header: str) -> str:
@@ -169,7 +196,16 @@ class TestWebServer:
         return h
 
     def finish(self, ex: Exchange) -> None:
-        ex["end"] = time.time()
+        """Log the exchange. ``end`` is when the last write handed the response to the kernel
+        (stamped just before it, see :func:`_stamped`); now, if the exchange was aborted, wrote
+        nothing, or left bytes in the transport's buffer (sent later by the loop)."""
+        end = now = time.time()
+        t = ex.transport
+        if not ex["aborted"] and t is not None and not t.is_closing() and t.get_write_buffer_size() == 0:
+            wrote = t.last_write_at
+            if wrote is not None and wrote >= ex["start"]:
+                end = wrote
+        ex["end"] = end if end <= now else now
         self.log.write(ex.rec)
 
     def sid(self, h: HostPlan) -> str:
@@ -188,7 +224,7 @@ class TestWebServer:
         local = sockname[0] if sockname else ""
         peer_ip = request.remote or ""
         ex = Exchange(_host_of(request.headers.get("Host", "")), local, request.raw_path, request.method,
-                      request.headers.get("User-Agent", ""), peer_ip)
+                      request.headers.get("User-Agent", ""), peer_ip, transport)
         resp = None
         try:
             h = self.begin(ex, local, peer_ip)
@@ -337,7 +373,7 @@ class TestWebServer:
             key, _, value = line.partition(":")
             headers[key.strip().lower()] = value.strip()
         ex = Exchange(_host_of(headers.get("host", "")), local, target, method, headers.get("user-agent", ""),
-                      peer[0] if peer else "")
+                      peer[0] if peer else "", writer.transport)
         try:
             h = self.begin(ex, local, ex["peer"])
             await self.raw_dispatch(writer, ex, h)
@@ -411,6 +447,21 @@ def _huge_chunks(total: int):
 # ------------------------------------------------------------------ start-up
 
 
+def _quiet_gc() -> None:
+    """Keep the collector from stopping every host at once.
+
+    This one process stands for hundreds of independent servers, and a full
+    collection over the plan and the pages built from it stopped all of them
+    together for 80-200 ms (measured with ``gc.callbacks``): every response in
+    flight looked slow, and a crawler that adapts its delays to response times
+    rightly slowed down for all of them. The plan is frozen out of collections and
+    full collections are made rare (young ones still run, and free the short-lived
+    cycles of request handling)."""
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, 1000)
+
+
 def _raise_nofile(need: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < need:
@@ -476,6 +527,7 @@ async def serve(n_hosts: int, seed: int, out_dir: Path, port: int | None = None,
     log_path = log_path or out_dir / "requests.jsonl"
     cache_dir = cache_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "deltacrawl-testweb-cache"
     srv = TestWebServer(plan, log_path, cache_dir)
+    _quiet_gc()
     loop = asyncio.get_running_loop()
     if "hostile-bombs.test" in plan.hosts:  # built in a thread so start-up does not wait (cached on disk)
         srv.bombs = loop.run_in_executor(None, build_bombs, cache_dir, knobs.bomb_bytes)
