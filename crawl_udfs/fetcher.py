@@ -12,7 +12,8 @@ Guarantees:
   expiry mid-body what was read is kept (``truncated="time"``). The body is
   streamed and decoded incrementally (gzip incl. multi-member, deflate as zlib
   or raw, br, identity), never more than ``fetch.max_body_bytes`` decoded or
-  wire bytes held (cut: ``truncated="length"``), and a compressed body whose
+  wire bytes held (cut: ``truncated="length"``; the connection of a cut body
+  is closed before ``fetch()`` returns), and a compressed body whose
   decoded/wire ratio exceeds ``fetch.max_compression_ratio`` once past
   ``fetch.compression_check_floor_bytes`` decoded is cut the same way with
   ``error_message`` starting "decompression bomb" (the response is still a
@@ -37,7 +38,11 @@ Guarantees:
   ``fetch()`` as the caller's coroutine sees them (event-loop lag included);
   ``t_server_ms`` runs from the request's write to the first response bytes
   read off the socket, before any waiting coroutine resumes: the server's
-  time to first byte, which the politeness delay multiplies. ``last_bytes_at``
+  time to first byte, which the politeness delay multiplies. It is an upper
+  bound: on a loop made by :func:`new_event_loop`, ``t_own_lag_ms`` says how
+  much of it may be the task's own stall (a burst of callbacks, a garbage
+  collection) rather than the server (0 when the loop was polling when the
+  bytes came, None on another loop). ``last_bytes_at``
   (a body read to its end only) is when the loop read the response's last
   bytes (the fetch task's ``politeness.end_margin_s`` counts from there).
 - Nothing else: no redirects followed (the loop records Location), no cookies
@@ -54,6 +59,7 @@ import asyncio
 import contextvars
 import functools
 import re
+import selectors
 import socket
 import time
 import zlib
@@ -100,6 +106,7 @@ class FetchResponse:
     error_message: str | None                # also carries notes on responses (bomb, encoding)
     decoded: bool = True                     # False: body kept as received (unknown/corrupt encoding)
     t_server_ms: float | None = None         # request written -> first response bytes read off the socket
+    t_own_lag_ms: float | None = None        # how much of t_server_ms may be our loop's own stall (see module doc)
     last_bytes_at: float | None = None       # event-loop time (loop.time()) the last response bytes were read
 
 
@@ -366,6 +373,9 @@ class Fetcher:
         first_data_at = getattr(phase.proto, "first_data_at", None)
         if first_data_at is not None and phase.sent_at is not None:
             r.t_server_ms = max(0.0, first_data_at - phase.sent_at) * 1000
+            seen = phase.proto.first_data_poll
+            if seen is not None:
+                r.t_own_lag_ms = seen.own_lag_s(phase.sent_at, first_data_at) * 1000
         r.request_headers = [(k, v) for k, v in resp.request_info.headers.items()]
         r.ip = phase.ip
         r.status, r.reason = resp.status, resp.reason
@@ -381,6 +391,10 @@ class Fetcher:
                 resp.release()
             else:
                 resp.close()
+        if r.truncated is not None:
+            # asyncio closes the socket on the loop's next turn: return (and let the host's
+            # delay start) only then, since until then the server may go on sending.
+            await asyncio.sleep(0)
         r.t_total_ms = (loop.time() - t0) * 1000
         if r.truncated is None and phase.proto is not None:
             r.last_bytes_at = phase.proto.last_data_at
@@ -498,7 +512,7 @@ class _GuardedConnector(aiohttp.TCPConnector):
             phase.ip = ip
             phase.proto = conn.protocol
             if phase.proto is not None:
-                phase.proto.first_data_at = None
+                phase.proto.first_data_at = phase.proto.first_data_poll = None
         return conn
 
 
@@ -513,6 +527,7 @@ class _TimedHandler(ResponseHandler):
     """
 
     first_data_at: float | None = None
+    first_data_poll: "_Poll | None" = None  # the poll that saw the first bytes (loops from new_event_loop)
     last_data_at: float | None = None
 
     def set_response_params(self, *args: Any, **kwargs: Any) -> None:
@@ -526,7 +541,7 @@ class _TimedHandler(ResponseHandler):
         phase = _PHASE.get(None)
         if phase is not None and phase.timeout is not None:
             phase.sent_at = now = self._loop.time()
-            self.first_data_at = None  # a kept-alive connection carries no unsolicited bytes
+            self.first_data_at = self.first_data_poll = None  # a kept-alive connection carries no unsolicited bytes
             first_byte = now + phase.first_byte_s
             phase.sent, phase.first_byte_binding = True, first_byte < phase.deadline
             phase.timeout.reschedule(min(first_byte, phase.deadline))
@@ -536,7 +551,60 @@ class _TimedHandler(ResponseHandler):
             self.last_data_at = now = self._loop.time()
             if self.first_data_at is None:
                 self.first_data_at = now
+                polls = getattr(self._loop, "polls", None)
+                self.first_data_poll = polls.last() if polls is not None else None
         super().data_received(data)
+
+
+@dataclass(frozen=True, slots=True)
+class _Poll:
+    """One poll of the event loop's selector, in loop time."""
+
+    previous_return: float  # when the poll before this one returned
+    called_at: float        # when this one was called
+    returned_at: float      # when it returned (the bytes it saw had come by then)
+
+    def own_lag_s(self, sent_at: float, seen_at: float) -> float:
+        """How much later than they came the loop may have seen bytes that this poll saw.
+
+        Bytes that came while the loop was polling were seen at once. Bytes that came
+        while it ran callbacks (from the poll before, or from the request's write if
+        later, to this poll's call) waited unseen; after this poll, callbacks ahead of
+        ours ran until ``seen_at``.
+        """
+        return max(0.0, self.called_at - max(self.previous_return, sent_at)) + max(0.0, seen_at - self.returned_at)
+
+
+class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """The platform's default selector, noting when each poll was called and returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._called_at = self._returned_at = self._previous_return = time.monotonic()
+
+    def select(self, timeout: float | None = None) -> Any:
+        self._called_at = time.monotonic()  # the loop's clock: BaseEventLoop.time() is time.monotonic()
+        try:
+            return super().select(timeout)
+        finally:
+            self._previous_return, self._returned_at = self._returned_at, time.monotonic()
+
+    def last(self) -> _Poll:
+        return _Poll(self._previous_return, self._called_at, self._returned_at)
+
+
+class PolledEventLoop(asyncio.SelectorEventLoop):
+    """asyncio's selector event loop whose polls are timed (``polls``), so that a response time
+    can tell the server's time from the loop's own stalls (see ``FetchResponse.t_own_lag_ms``)."""
+
+    def __init__(self) -> None:
+        self.polls = _TimedSelector()
+        super().__init__(self.polls)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The event loop a fetch task runs on: :class:`PolledEventLoop`."""
+    return PolledEventLoop()
 
 
 def _inet_aton_ok(host: str) -> bool:

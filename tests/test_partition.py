@@ -272,6 +272,47 @@ def test_host_delay_counts_from_the_read_of_the_last_bytes(tmp_path, monkeypatch
     assert all(delay <= g < delay + held_s / 2 for g in found), found
 
 
+def _one_host_gaps(tmp_path, conf_extra, knobs=None, pages=4):
+    """Crawl ``pages`` pages of one ordinary site; the gaps the server saw between its requests."""
+    from tests.testweb.analysis import gaps
+
+    with TestWeb(tmp_path / "web", n_hosts=20, seed=13, kinds=["site"], knobs=knobs) as web:
+        conf = _conf(web, *conf_extra)
+        host = next(h for h in web.plan.by_kind("site") if len(h.pages) >= pages)
+        urls = [normalize(host.url(p)) for p in sorted(host.pages)[:pages]]
+        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in urls]
+        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"g-{i}.warc.gz"))
+        lines = [r for r in web.log() if r["ua"] == conf.crawler.user_agent]
+    assert sum(1 for r in out if isinstance(r, FetchResult) and r.outcome == "ok") == pages
+    return [g for _, g in gaps(lines)]
+
+
+def test_the_tasks_own_stall_is_not_taken_for_a_slow_server(tmp_path, monkeypatch):
+    """A stall of the task's loop while a response comes in (a garbage collection, a burst of
+    work) makes the response look slow; the delay must not learn from that."""
+    import time
+
+    from crawl_udfs.fetcher import _TimedHandler
+
+    real = _TimedHandler.set_response_params
+
+    def then_stall(self, *args, **kwargs):  # the request is written right after this returns
+        real(self, *args, **kwargs)
+        self._loop.call_soon(time.sleep, 0.15)  # the loop's next turn holds it 150 ms
+
+    monkeypatch.setattr(_TimedHandler, "set_response_params", then_stall)
+    found = _one_host_gaps(tmp_path, ["politeness.host_delay_s=0.3", "politeness.response_time_factor=10"])
+    # Learnt from, each ~150 ms response time would make the delay 10 x 0.15 = 1.5 s.
+    assert all(0.3 <= g < 0.6 for g in found), found
+
+
+def test_a_slow_server_still_slows_the_crawl(tmp_path):
+    """The other side: a server that takes 100 ms to answer gets 10 x 100 ms between requests."""
+    found = _one_host_gaps(tmp_path, ["politeness.host_delay_s=0.3", "politeness.response_time_factor=10"],
+                           knobs={"latency_s": 0.1})
+    assert len(found) == 4 and all(g >= 0.99 for g in found), found
+
+
 def test_pages_held_stay_within_the_concurrency_cap(tmp_path, monkeypatch):
     """Pages fetching, queued and being worked stay within ``fetch.max_concurrency``, however
     slow the page work: fetching runs ahead of it only that far."""

@@ -7,8 +7,8 @@ Guarantees:
 - every request that reaches a handler is logged as one JSON line, flushed at once,
   when its response is fully written or the connection is gone (``aborted``);
 - ``start`` is stamped when the handler starts (after the request has arrived) and
-  ``end`` just before the write that handed the response's last bytes to the kernel
-  (see :meth:`TestWebServer.finish`), so a client can never have read a response
+  ``end`` just before the server's last write of the exchange (see
+  :meth:`TestWebServer.finish`), so a client can never have read a response
   before its ``end``;
 - a request is served only on the address its host maps to (else 421), and
   everything arriving on a bait address (127.0.0.1, 127.66.0.1, ::1) is logged
@@ -196,14 +196,19 @@ class TestWebServer:
         return h
 
     def finish(self, ex: Exchange) -> None:
-        """Log the exchange. ``end`` is when the last write handed the response to the kernel
-        (stamped just before it, see :func:`_stamped`); now, if the exchange was aborted, wrote
-        nothing, or left bytes in the transport's buffer (sent later by the loop)."""
+        """Log the exchange with ``end`` = when this server last handed the client bytes of it.
+
+        That is the moment before its last write (see :func:`_stamped`): for a complete
+        response, if the write left nothing in the transport's buffer; for an exchange the
+        client cut off (``aborted``), whatever that write did, since a server notices a
+        closed connection only when it next runs, which on a busy machine was measured
+        0.1-1 s after the client had closed it and waited. Now, when no such write happened
+        or bytes of a complete response stayed buffered (sent later by the loop)."""
         end = now = time.time()
         t = ex.transport
-        if not ex["aborted"] and t is not None and not t.is_closing() and t.get_write_buffer_size() == 0:
-            wrote = t.last_write_at
-            if wrote is not None and wrote >= ex["start"]:
+        wrote = t.last_write_at if t is not None else None
+        if wrote is not None and wrote >= ex["start"]:
+            if ex["aborted"] or (not t.is_closing() and t.get_write_buffer_size() == 0):
                 end = wrote
         ex["end"] = end if end <= now else now
         self.log.write(ex.rec)
@@ -267,8 +272,10 @@ class TestWebServer:
             for chunk in chunks:
                 await resp.write(chunk)
                 ex["bytes"] += len(chunk)
-                if interval:
-                    await asyncio.sleep(interval)
+                # Yield even without an interval: a client that cut the body is noticed at once
+                # (its end logged when it closed, not after megabytes more written into the
+                # socket's buffers), and other hosts are served meanwhile, as by a real server.
+                await asyncio.sleep(interval)
         await resp.write_eof()
         return resp
 
