@@ -240,38 +240,6 @@ def test_page_work_on_the_loop_never_holds_up_due_hosts(tmp_path, monkeypatch):
     assert delay <= worst < delay + 0.45, worst
 
 
-def test_host_delay_counts_from_the_read_of_the_last_bytes(tmp_path, monkeypatch):
-    """A host's delay runs from when the loop read the response's last bytes, not from when
-    the task got round to the response: a loop held up after the read costs no extra gap,
-    and the server still sees the whole delay."""
-    import time
-
-    from crawl_udfs.fetcher import Fetcher
-    from tests.testweb.analysis import gaps
-
-    delay, held_s = 0.3, 0.15
-    real_fetch = Fetcher.fetch
-
-    async def late_fetch(self, *args, **kwargs):
-        resp = await real_fetch(self, *args, **kwargs)
-        time.sleep(held_s)  # the loop is held after the read, as by other hosts' work
-        return resp
-
-    monkeypatch.setattr(Fetcher, "fetch", late_fetch)
-    with TestWeb(tmp_path / "web", n_hosts=20, seed=13, kinds=["site"]) as web:
-        conf = _conf(web, f"politeness.host_delay_s={delay}", "politeness.response_time_factor=0")
-        host = next(h for h in web.plan.by_kind("site") if len(h.pages) >= 5)
-        urls = [normalize(host.url(p)) for p in sorted(host.pages)[:5]]
-        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in urls]
-        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"r-{i}.warc.gz"))
-        lines = [r for r in web.log() if r["ua"] == conf.crawler.user_agent]
-    assert sum(1 for r in out if isinstance(r, FetchResult) and r.outcome == "ok") == 5
-    found = [g for _, g in gaps(lines)]
-    assert len(found) == 5  # robots.txt, then five pages
-    # Counted from the handling, every gap would be at least delay + held_s (0.45 s).
-    assert all(delay <= g < delay + held_s / 2 for g in found), found
-
-
 def _one_host_gaps(tmp_path, conf_extra, knobs=None, pages=4):
     """Crawl ``pages`` pages of one ordinary site; the gaps the server saw between its requests."""
     from tests.testweb.analysis import gaps
@@ -285,6 +253,30 @@ def _one_host_gaps(tmp_path, conf_extra, knobs=None, pages=4):
         lines = [r for r in web.log() if r["ua"] == conf.crawler.user_agent]
     assert sum(1 for r in out if isinstance(r, FetchResult) and r.outcome == "ok") == pages
     return [g for _, g in gaps(lines)]
+
+
+def test_host_delay_counts_from_the_read_of_the_last_bytes(tmp_path, monkeypatch):
+    """A host's delay runs from when the loop read the response's last bytes, not from when
+    the task got round to the response: a loop held up after the read costs no extra gap,
+    and the server still sees the whole delay."""
+    import time
+
+    from crawl_udfs.fetcher import Fetcher
+
+    delay, held_s = 0.3, 0.15
+    real_fetch = Fetcher.fetch
+
+    async def late_fetch(self, *args, **kwargs):
+        resp = await real_fetch(self, *args, **kwargs)
+        time.sleep(held_s)  # the loop is held after the read, as by other hosts' work
+        return resp
+
+    monkeypatch.setattr(Fetcher, "fetch", late_fetch)
+    found = _one_host_gaps(tmp_path, [f"politeness.host_delay_s={delay}", "politeness.response_time_factor=0"],
+                           pages=5)
+    assert len(found) == 5  # robots.txt, then five pages
+    # Counted from the handling, every gap would be at least delay + held_s (0.45 s).
+    assert all(delay <= g < delay + held_s / 2 for g in found), found
 
 
 def test_the_tasks_own_stall_is_not_taken_for_a_slow_server(tmp_path, monkeypatch):

@@ -204,13 +204,12 @@ class TestWebServer:
         closed connection only when it next runs, which on a busy machine was measured
         0.1-1 s after the client had closed it and waited. Now, when no such write happened
         or bytes of a complete response stayed buffered (sent later by the loop)."""
-        end = now = time.time()
+        ex["end"] = time.time()
         t = ex.transport
         wrote = t.last_write_at if t is not None else None
         if wrote is not None and wrote >= ex["start"]:
             if ex["aborted"] or (not t.is_closing() and t.get_write_buffer_size() == 0):
-                end = wrote
-        ex["end"] = end if end <= now else now
+                ex["end"] = wrote
         self.log.write(ex.rec)
 
     def sid(self, h: HostPlan) -> str:
