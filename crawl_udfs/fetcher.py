@@ -99,7 +99,7 @@ class FetchResponse:
     ip: str | None                           # address actually connected to
     request_target: str                      # e.g. "/a?b=1", as sent
     request_headers: list[tuple[str, str]]   # exactly as sent, in order, Host first
-    started_at: float                        # epoch seconds, from the injected wall clock
+    started_at: float                        # epoch seconds, from the injected wall clock, whole milliseconds
     t_first_byte_ms: float | None            # fetch() start -> response headers, as the caller saw it
     t_total_ms: float | None
     error_class: str | None                  # None on any HTTP response, else see _classify
@@ -316,7 +316,8 @@ class Fetcher:
         assert self._session is not None, "use Fetcher inside 'async with'"
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        r = FetchResponse(url, None, None, None, [], b"", 0, None, None, "", [], self._wall(),
+        # Whole milliseconds: WARC-Date, fetch_log and the exported index then hold one same instant.
+        r = FetchResponse(url, None, None, None, [], b"", 0, None, None, "", [], round(self._wall(), 3),
                           None, None, None, None)
 
         def fail(cls: str, msg: str) -> FetchResponse:

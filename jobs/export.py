@@ -10,8 +10,9 @@ Layout written (ARCHITECTURE.md, "External contract"; Common Crawl's layout):
   per stored response or revisit record, in the columns of Common Crawl's
   columnar index (``cc-index-schema-flat.json``: :data:`CC_INDEX`, types exact:
   ``url_port``/``warc_record_offset``/``warc_record_length`` int32,
-  ``fetch_status`` int16, ``fetch_time`` TIMESTAMP_MILLIS in UTC), plus
-  ``duplicate_of`` and ``simhash``. Rows are range-partitioned by
+  ``fetch_status`` int16, ``fetch_time`` TIMESTAMP_MILLIS in UTC, rounded to
+  the millisecond as the record's ``WARC-Date`` is), plus ``duplicate_of`` and
+  ``simhash``. Rows are range-partitioned by
   ``url_surtkey`` into ``export.index_files`` tasks and sorted by
   (``url_surtkey``, ``fetch_time``) inside every file. ``warc_filename`` is
   relative to ``DIR`` (``warc/<name>``), as Common Crawl's is relative to its
@@ -181,7 +182,10 @@ def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc"):
     subset = F.when((status >= 200) & (status < 300), F.lit("warc")).otherwise(F.lit("crawldiagnostics"))
     cols = {
         "url": F.col("url"),
-        "fetch_time": F.col("fetch_time"),
+        # Fetch times are whole milliseconds (crawl_udfs.fetcher), so this is exact; rounding rather than
+        # the TIMESTAMP_MILLIS write's truncation keeps older fetch_log rows (microseconds) within the
+        # millisecond of their WARC-Date, which rounds (crawl_udfs.warc.warc_date).
+        "fetch_time": F.expr("timestamp_millis((unix_micros(fetch_time) + 500) div 1000)"),
         "fetch_status": status,
         "fetch_redirect": F.col("redirect_to"),
         "content_digest": F.regexp_replace(F.col("digest"), r"^sha1:", ""),

@@ -248,7 +248,7 @@ def run_with(tmp_path, body, **conf_overrides):
     """Run ``body(fetcher, state)`` inside a fresh event loop with the test web up."""
     async def main():
         async with serve(tmp_path) as state:
-            async with Fetcher(state.conf(**conf_overrides), wall_clock=lambda: 1_700_000_000.0,
+            async with Fetcher(state.conf(**conf_overrides), wall_clock=lambda: 1_700_000_000.0006,
                                dns_lookup=no_dns) as f:
                 return await body(f, state)
 
@@ -264,7 +264,8 @@ def test_plain_200_and_request_recorded_exactly(tmp_path):
     r, e, s = run_with(tmp_path, body, fetch__accept_language="en;q=0.8")
     assert (r.status, r.reason, r.http_version, r.body) == (200, "OK", "1.1", b"hello world")
     assert r.error_class is None and r.truncated is None and r.decoded
-    assert r.ip == "127.0.0.1" and r.wire_bytes == 11 and r.started_at == 1_700_000_000.0
+    assert r.ip == "127.0.0.1" and r.wire_bytes == 11
+    assert r.started_at == 1_700_000_000.001  # the wall clock's time in whole milliseconds (WARC-Date's)
     assert 0 <= r.t_first_byte_ms <= r.t_total_ms < 5000
     assert ("Content-Type", "text/plain") in r.headers and ("Content-Length", "11") in r.headers
     assert r.request_target == "/plain?q=1"

@@ -354,6 +354,27 @@ def test_near_duplicates_share_text(web):
     assert get(web, o.name, "/article/3.html?utm_source=rss&ref=front").status_code == 200
 
 
+def test_conditional_get_answers_304_when_unchanged(web):
+    site = next(h for h in web.plan.by_kind("site") if h.variant != "linkforms"
+                and any(p.behaviour == "file" for p in h.pages.values()))
+    file_path = next(p.path for p in site.pages.values() if p.behaviour == "file")
+    for path in ("/", file_path):
+        first = get(web, site.name, path)
+        etag, last_modified = first.headers["ETag"], first.headers["Last-Modified"]
+        assert first.status_code == 200 and first.content
+        again = get(web, site.name, path, headers={"If-None-Match": f'"other", {etag}'})
+        assert again.status_code == 304 and again.content == b"" and again.headers["ETag"] == etag
+        assert get(web, site.name, path, headers={"If-Modified-Since": last_modified}).status_code == 304
+        assert get(web, site.name, path, headers={"If-None-Match": '"other"',  # If-None-Match wins
+                                                   "If-Modified-Since": last_modified}).status_code == 200
+        assert get(web, site.name, path, headers={"If-Modified-Since": "Thu, 01 Jan 2015 00:00:00 GMT"}
+                   ).status_code == 200
+    # a page whose body changes on every response is never "not modified"
+    origin = get(web, "dup-origin.test", "/article/3.html")
+    assert get(web, "dup-origin.test", "/article/3.html",
+               headers={"If-None-Match": origin.headers["ETag"]}).status_code == 200
+
+
 # ------------------------------------------------------------------ hostile
 
 

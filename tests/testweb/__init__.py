@@ -19,7 +19,10 @@ special hosts of the selected kinds come first (named ``{kind}-{variant}.test``)
 ordinary sites ``{topic}-{j}.test`` (news-0 … news-9, shop-10 …) fill up to
 ``n_hosts``. ``web.plan`` holds the same plan the server uses (hosts, pages,
 links with their resolved targets, robots rules); ``model.Knobs`` holds the
-timings. ``python -m tests.testweb plan --n-hosts 50`` lists it.
+timings. ``python -m tests.testweb plan --n-hosts 50`` lists it. Plain
+(uncompressed) HTML pages and files carry an ETag (of the body) and a
+Last-Modified, and answer a conditional GET they satisfy with 304; a page
+whose body changes per response (a timestamp, a session id) never does.
 
 Host kinds (one line each; the variant is the part of the name after the kind):
 

@@ -38,7 +38,7 @@ import socket
 import struct
 import time
 import zlib
-from email.utils import formatdate
+from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 
 from aiohttp import web
@@ -48,6 +48,7 @@ from .model import Knobs, Page, split_target
 from .sites import BAIT_ADDRESSES, HostPlan, Plan, build_plan
 
 SERVER_HEADER = "deltacrawl-testweb"
+LAST_MODIFIED = "Sun, 01 Nov 2026 00:00:00 GMT"  # of every page served with validators (send_validated)
 
 
 # ------------------------------------------------------------------ bombs
@@ -260,6 +261,27 @@ class TestWebServer:
         await resp.write_eof()
         return resp
 
+    async def send_validated(self, request, ex: Exchange, body: bytes, ctype: str) -> web.StreamResponse:
+        """200 with an ETag (of the body) and a Last-Modified, or 304 to a conditional GET they satisfy.
+
+        If-None-Match wins over If-Modified-Since (RFC 9110, 13.2.2). A page whose body changes from
+        request to request (a timestamp line, a session id) gets a new ETag each time, so it is never 304.
+        """
+        validators = {"ETag": '"' + hashlib.sha1(body).hexdigest()[:20] + '"', "Last-Modified": LAST_MODIFIED}
+        if_none_match = request.headers.get("If-None-Match")
+        if if_none_match is not None:
+            fresh = validators["ETag"] in (t.strip().removeprefix("W/") for t in if_none_match.split(","))
+        else:
+            since = _http_date(request.headers.get("If-Modified-Since"))
+            fresh = since is not None and since >= _http_date(LAST_MODIFIED)
+        if not fresh:
+            return await self.send(request, ex, 200, body, ctype, validators)
+        resp = web.StreamResponse(status=304, headers={"Server": SERVER_HEADER, **validators})
+        ex["status"] = 304
+        await resp.prepare(request)
+        await resp.write_eof()
+        return resp
+
     async def stream(self, request, ex: Exchange, chunks, ctype="text/html", length: int | None = None,
                      interval: float = 0.0) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={"Server": SERVER_HEADER, "Content-Type": ctype})
@@ -326,6 +348,8 @@ class TestWebServer:
         if b in ("html", "html-gzip", "html-br"):
             body, ctype = render.html(page, sid=self.sid(h) if (h.kind, h.variant) == ("trap", "session") else "")
             headers = {}
+            if b == "html" and page.status == 200:
+                return await self.send_validated(request, ex, body, ctype)
             if b == "html-gzip" and "gzip" in accept:
                 body, headers = gzip.compress(body), {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
             elif b == "html-br" and "br" in accept:
@@ -335,7 +359,7 @@ class TestWebServer:
             return await self.send(request, ex, page.status, body, ctype, headers)
         if b == "file":
             ctype = page.content_type + (f"; charset={page.charset}" if page.charset else "")
-            return await self.send(request, ex, 200, page.body or b"", ctype)
+            return await self.send_validated(request, ex, page.body or b"", ctype)
         if b == "redirect":
             return await self.send(request, ex, page.status, render.small("moved"), headers={"Location": page.location})
         if b == "status":
@@ -438,6 +462,14 @@ class TestWebServer:
             return await out(raw[b], 0 if b == "raw-http09" else 200, len(body))
         body = render.small("not found")
         return await out(head("404 Not Found", body) + body, 404, len(body))
+
+
+def _http_date(value: str | None) -> float | None:
+    """Epoch seconds of an HTTP-date, None when absent or unparsable."""
+    try:
+        return parsedate_to_datetime(value).timestamp() if value else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _huge_chunks(total: int):
