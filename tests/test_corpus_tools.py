@@ -49,7 +49,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs import config
-from jobs import cli, export
+from jobs import cli, common, export
 from tests.summary import note
 from tests.testweb import TestWeb
 
@@ -224,6 +224,23 @@ def test_every_row_points_at_its_record(corpus, index, payload_digests):
         assert row["crawl"] == conf.export.crawl_id
         assert row["subset"] == ("warc" if 200 <= row["fetch_status"] < 300 else "crawldiagnostics"), where
     assert revisits, "the second round's conditional GETs got no 304"
+
+
+def test_the_crawl_db_keeps_the_stored_copy_of_a_304(spark, corpus, index):
+    """update's row 3, end to end: a URL whose last fetch was a 304 is ``not_modified`` and still names
+    the stored copy its revisit refers to (digest, record id), with the revisit's fetch time."""
+    _out, conf = corpus
+    revisits = {row["url"]: (row, rec) for row, rec in index if row["fetch_status"] == 304}
+    crawldb = spark.read.format("delta").load(common.table_path(conf, "crawldb"))
+    rows = crawldb.where(crawldb.url.isin(list(revisits))).collect()
+    assert revisits and len(rows) == len(revisits)
+    for db in rows:
+        row, rec = revisits[db.url]
+        assert (db.status, db.http_status) == ("not_modified", 304), db.url
+        assert (db.digest, db.warc_record_id) == ("sha1:" + row["content_digest"], rec.refers_to), db.url
+        # PySpark hands timestamps back as naive local times: compare instants
+        assert db.last_fetch_time.timestamp() == row["fetch_time"].timestamp(), db.url
+        assert db.fetch_count == 2 and db.unchanged_count == 1 and db.change_count == 0, db.url
 
 
 # -- pywb -------------------------------------------------------------------------------------------
