@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.net import free_loopback_port
 from tests.testweb import TestWeb
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -37,12 +37,6 @@ VENV_BIN = Path(sys.executable).parent
 SPARK_CLASS = VENV_BIN / "spark-class"
 SPARK_SUBMIT = VENV_BIN / "spark-submit"
 DELAY = 0.5
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _state(ui_port: int) -> dict:
@@ -55,13 +49,13 @@ def cluster(tmp_path_factory):
     d = tmp_path_factory.mktemp("cluster")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
            "SPARK_LOG_DIR": str(d / "logs"), "SPARK_WORKER_DIR": str(d / "work")}
-    port, ui = _free_port(), _free_port()
+    port, ui = free_loopback_port(), free_loopback_port()
     url = f"spark://127.0.0.1:{port}"
     procs = [subprocess.Popen([str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(port), "--webui-port", str(ui)], env=env,
                               stdout=open(d / "master.log", "wb"), stderr=subprocess.STDOUT)]
     try:
-        worker_uis = [_free_port(), _free_port()]
+        worker_uis = [free_loopback_port(), free_loopback_port()]
         for i in range(2):
             procs.append(subprocess.Popen(
                 [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",

@@ -35,7 +35,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -51,6 +50,7 @@ from warcio.archiveiterator import ArchiveIterator
 from crawl_udfs import config
 from jobs import cli, common, export
 from tests.summary import note
+from tests.net import free_loopback_port
 from tests.testweb import TestWeb
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -268,12 +268,6 @@ def pywb_bin() -> Path:
     return PYWB_VENV / "bin"
 
 
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def wayback(corpus, pywb_bin, tmp_path_factory):
     """A pywb ``wayback`` server on 127.0.0.1 serving a collection of our WARC files and our CDXJ.
@@ -292,7 +286,7 @@ def wayback(corpus, pywb_bin, tmp_path_factory):
         shutil.copyfile(f, coll / "archive" / "warc" / f.name)
     shutil.copyfile(out / "cdxj" / export.CDXJ_FILE, coll / "indexes" / export.CDXJ_FILE)
 
-    port = _free_loopback_port()
+    port = free_loopback_port()
     log_path = root / "wayback.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(pywb_bin / "wayback"), "--port", str(port), "--bind", "127.0.0.1"],

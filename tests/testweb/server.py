@@ -273,7 +273,7 @@ class TestWebServer:
             fresh = validators["ETag"] in (t.strip().removeprefix("W/") for t in if_none_match.split(","))
         else:
             since = _http_date(request.headers.get("If-Modified-Since"))
-            fresh = since is not None and since >= _http_date(LAST_MODIFIED)
+            fresh = since is not None and since >= _LAST_MODIFIED_AT
         if not fresh:
             return await self.send(request, ex, 200, body, ctype, validators)
         resp = web.StreamResponse(status=304, headers={"Server": SERVER_HEADER, **validators})
@@ -470,6 +470,9 @@ def _http_date(value: str | None) -> float | None:
         return parsedate_to_datetime(value).timestamp() if value else None
     except (TypeError, ValueError):
         return None
+
+
+_LAST_MODIFIED_AT = _http_date(LAST_MODIFIED)
 
 
 def _huge_chunks(total: int):
