@@ -39,10 +39,10 @@ Guarantees:
   ``t_server_ms`` runs from the request's write to the first response bytes
   read off the socket, before any waiting coroutine resumes: the server's
   time to first byte, which the politeness delay multiplies. It is an upper
-  bound: on a loop made by :func:`new_event_loop`, ``t_own_lag_ms`` says how
-  much of it may be the task's own stall (a burst of callbacks, a garbage
-  collection) rather than the server (0 when the loop was polling when the
-  bytes came, None on another loop). ``last_bytes_at``
+  bound: on a loop made by :func:`crawl_udfs.event_loop.new_event_loop`,
+  ``t_own_lag_ms`` says how much of it may be the task's own stall (a burst
+  of callbacks, a garbage collection) rather than the server (0 when the loop
+  was polling when the bytes came, None on another loop). ``last_bytes_at``
   (a body read to its end only) is when the loop read the response's last
   bytes (the fetch task's ``politeness.end_margin_s`` counts from there).
 - Nothing else: no redirects followed (the loop records Location), no cookies
@@ -56,34 +56,26 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import re
-import selectors
 import socket
 import time
-import zlib
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import aiohttp
-import brotli
 from aiohttp import client_exceptions as cx
-from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_exceptions import LineTooLong
 from yarl import URL
 
 from crawl_udfs.config import Config
+from crawl_udfs.connection import PHASE, GuardedConnector
+from crawl_udfs.decoding import ACCEPT_ENCODING, Body
 from crawl_udfs.dns import (AddressBlocked, AddressGuard, CachingResolver, DnsCache, DnsError, SystemLookup,
                             parse_ip, system_lookup)
 
-ACCEPT_ENCODING = "gzip, deflate, br"  # exactly what _Decoder decodes
-_STEP = 65536  # most decoded bytes produced per decoder step
-_FEED = 4096  # compressed bytes handed to a decoder at once (bounds the over-read of a bomb)
 _AGENT_RE = re.compile(r"[A-Za-z_-]+")  # RFC 9309 §2.2.1 product token
 _CONTACT_RE = re.compile(r"https?://[^\s()<>;,]+")
-_PHASE: contextvars.ContextVar[SimpleNamespace] = contextvars.ContextVar("deltacrawl_fetch_phase")
 
 
 @dataclass
@@ -108,80 +100,6 @@ class FetchResponse:
     t_server_ms: float | None = None         # request written -> first response bytes read off the socket
     t_own_lag_ms: float | None = None        # how much of t_server_ms may be our loop's own stall (see module doc)
     last_bytes_at: float | None = None       # event-loop time (loop.time()) the last response bytes were read
-
-
-class _DecodeError(Exception):
-    pass
-
-
-class _Decoder:
-    """Incremental Content-Encoding decoder; ``read(limit)`` yields at most ``limit`` bytes."""
-
-    def __init__(self, encoding: str):
-        self.encoding = encoding
-        self._in = b""
-        self._z: Any = None
-        self._br = brotli.Decompressor() if encoding == "br" else None
-        self.done = False
-        if encoding == "gzip":
-            self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-
-    def feed(self, data: bytes) -> None:
-        if not self.done:
-            self._in += data
-
-    def read(self, limit: int) -> bytes:
-        try:
-            while not self.done:
-                if self._br is not None:
-                    if self._in or not self._br.can_accept_more_data():
-                        data, self._in = self._in, b""
-                        out = self._br.process(data, output_buffer_limit=limit)
-                        self.done = self._br.is_finished()
-                        if out:
-                            return out
-                        if not data:
-                            return b""
-                        continue
-                    return b""
-                if not self._in:
-                    return b""
-                if self.encoding == "identity":
-                    out, self._in = self._in[:limit], self._in[limit:]
-                    return out
-                if self._z is None:  # deflate: zlib-wrapped (RFC 1950) or raw (RFC 1951)
-                    if len(self._in) < 2:
-                        return b""
-                    b0, b1 = self._in[0], self._in[1]
-                    wrapped = b0 & 0x0F == 8 and (b0 << 8 | b1) % 31 == 0
-                    self._z = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
-                before = self._in
-                out = self._z.decompress(before, limit)
-                self._in = self._z.unconsumed_tail
-                if self._z.eof:
-                    rest = self._z.unused_data + self._in
-                    if self.encoding == "gzip" and rest.lstrip(b"\0"):
-                        self._z, self._in = zlib.decompressobj(16 + zlib.MAX_WBITS), rest.lstrip(b"\0")
-                    else:
-                        self._in, self.done = b"", True
-                if out:
-                    return out
-                if self._in == before:
-                    return b""
-            return b""
-        except (zlib.error, brotli.error) as e:
-            raise _DecodeError(f"{self.encoding} decoding failed: {e}") from None
-
-
-def _encoding(values: list[str]) -> tuple[str | None, str | None]:
-    """(decoder name or None, note) for a response's Content-Encoding header values."""
-    codings = [c.strip().lower() for v in values for c in v.split(",") if c.strip()]
-    codings = ["gzip" if c == "x-gzip" else c for c in codings if c != "identity"]
-    if not codings:
-        return "identity", None
-    if len(codings) == 1 and codings[0] in ("gzip", "deflate", "br"):
-        return codings[0], None
-    return None, f"content-encoding {', '.join(codings)!r} not decoded; body stored as received"
 
 
 def _chain(exc: BaseException | None) -> Iterator[BaseException]:
@@ -256,33 +174,24 @@ class Fetcher:
     async def __aenter__(self) -> "Fetcher":
         cache = DnsCache(self._f, self._conf.net, lookup=self._dns_lookup)
         self._resolver = CachingResolver(cache, self._guard)
-        connector = _GuardedConnector(
+        # aiohttp silently resends an idempotent request once when a kept-alive
+        # connection drops (RFC 9112 §9.3.1 allows it). For a crawler that is a
+        # second request to the host with no delay: a politeness violation the
+        # server counts. There is no public switch, so the private one is turned
+        # off (aiohttp is pinned; tests/test_partition.py catches a change); a
+        # future aiohttp without it gives up keep-alive rather than politeness.
+        can_stop_resend = "_retry_connection" in getattr(aiohttp.ClientSession, "ATTRS", ())
+        connector = GuardedConnector(
             self._guard, resolver=self._resolver, limit=self._f.max_concurrency, limit_per_host=0,
-            ttl_dns_cache=None, use_dns_cache=False, enable_cleanup_closed=True,
+            ttl_dns_cache=None, use_dns_cache=False, enable_cleanup_closed=True, force_close=not can_stop_resend,
         )
-        self._session = aiohttp.ClientSession(
+        self._session = aiohttp.ClientSession(  # the task's one session
             connector=connector, auto_decompress=False, trust_env=False,
             cookie_jar=aiohttp.DummyCookieJar(),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._f.connect_timeout_s),
         )
-        # aiohttp silently resends an idempotent request once when a kept-alive
-        # connection drops (RFC 9112 §9.3.1 allows it). For a crawler that is a
-        # second request to the host with no delay: a politeness violation the
-        # server counts. There is no public switch, so turn the private one off
-        # (aiohttp is pinned; tests/test_partition.py catches a change).
-        if hasattr(self._session, "_retry_connection"):
+        if can_stop_resend:
             self._session._retry_connection = False
-        else:  # pragma: no cover - a future aiohttp: give up keep-alive rather than politeness
-            await self._session.close()
-            connector = _GuardedConnector(
-                self._guard, resolver=self._resolver, limit=self._f.max_concurrency, limit_per_host=0,
-                ttl_dns_cache=None, use_dns_cache=False, enable_cleanup_closed=True, force_close=True,
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, trust_env=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._f.connect_timeout_s),
-            )
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -360,14 +269,14 @@ class Fetcher:
         deadline = t0 + self._f.total_timeout_s
         phase = SimpleNamespace(sent=False, first_byte_binding=False, deadline=deadline, timeout=None, ip=None,
                                 proto=None, sent_at=None, first_byte_s=self._f.first_byte_timeout_s)
-        token = _PHASE.set(phase)
+        token = PHASE.set(phase)
         try:
             async with asyncio.timeout_at(deadline) as phase.timeout:
                 resp = await self._session.get(u, headers=headers, allow_redirects=False)
         except Exception as e:  # network trouble: classified, never raised
             return fail(_classify(e, phase), _message(e))
         finally:
-            _PHASE.reset(token)
+            PHASE.reset(token)
         phase.timeout = None
 
         r.t_first_byte_ms = (loop.time() - t0) * 1000
@@ -402,7 +311,7 @@ class Fetcher:
         return r
 
     async def _read_body(self, resp: aiohttp.ClientResponse, r: FetchResponse, cap: int, deadline: float) -> None:
-        body = _Body(resp.headers.getall("Content-Encoding", []), cap,
+        body = Body(resp.headers.getall("Content-Encoding", []), cap,
                      self._f.max_compression_ratio, self._f.compression_check_floor_bytes)
         note = None
         try:
@@ -423,189 +332,6 @@ class Fetcher:
             body.note = f"{body.dec.encoding} stream ended before its end marker; decoded part kept"
         r.body, r.truncated, r.decoded = bytes(body.buf), body.truncated, body.decoded
         r.error_message = "; ".join(n for n in (body.note, note) if n) or None
-
-
-class _Body:
-    """A response body decoded as it streams in, under the size and decompression-bomb caps.
-
-    Compressed input is fed to the decoder in small slices and each decoder step
-    yields at most ``_STEP`` bytes, so the ratio check sees every step and memory
-    stays within the cap whatever the input.
-    """
-
-    def __init__(self, content_encoding: list[str], cap: int, ratio: float, floor: int):
-        name, self.note = _encoding(content_encoding)
-        self.dec, self.decoded = _Decoder(name or "identity"), name is not None
-        self.cap, self.ratio, self.floor = cap, ratio, floor
-        self.buf = bytearray()
-        self.fed = 0                 # wire bytes handed to the decoder
-        self.raw_head = bytearray()  # wire bytes kept only until the first decoded byte
-        self.truncated: str | None = None
-
-    def feed(self, chunk: bytes) -> None:
-        step = len(chunk) if self.dec.encoding == "identity" else _FEED
-        for i in range(0, len(chunk), step):
-            piece = chunk[i:i + step]
-            self.fed += len(piece)
-            if not self.buf and self.dec.encoding != "identity":
-                self.raw_head += piece
-            self.dec.feed(piece)
-            try:
-                self._drain()
-            except _DecodeError as e:
-                self._decode_failed(e)
-            if self.buf:
-                self.raw_head.clear()
-            if self.truncated is not None:
-                return
-        if self.fed > self.cap:  # wire bytes that decode to (almost) nothing
-            self.truncated = "length"
-
-    def _drain(self) -> None:
-        while out := self.dec.read(min(_STEP, self.cap - len(self.buf) + 1)):
-            self.buf += out
-            if len(self.buf) > self.cap:
-                del self.buf[self.cap:]
-                self.truncated = "length"
-                return
-            if len(self.buf) > self.floor and len(self.buf) > self.ratio * self.fed:
-                self.truncated = "length"
-                self.note = (f"decompression bomb: {len(self.buf)} bytes decoded from {self.fed} "
-                             f"({self.dec.encoding}), ratio over {self.ratio:g}")
-                return
-
-    def _decode_failed(self, e: _DecodeError) -> None:
-        if self.buf:  # corrupt mid-stream: keep the decoded prefix
-            self.truncated, self.note = "unspecified", str(e)
-            return
-        # nothing decoded yet: most likely a mislabelled body; keep it as it came
-        self.dec, self.decoded, self.note = _Decoder("identity"), False, f"{e}; body stored as received"
-        self.dec.feed(bytes(self.raw_head))
-        self.raw_head.clear()
-        self._drain()
-
-
-class _GuardedConnector(aiohttp.TCPConnector):
-    """A TCPConnector whose sockets and connections are checked against the SSRF guard."""
-
-    def __init__(self, guard: AddressGuard, **kwargs: Any):
-        self._guard = guard
-        super().__init__(socket_factory=self._socket, **kwargs)
-        # aiohttp's protocol factory (private, like _retry_connection above; aiohttp is pinned and
-        # tests/test_fetcher.py::test_server_time_excludes_event_loop_lag catches a change)
-        self._factory = functools.partial(_TimedHandler, loop=self._loop)
-
-    def _socket(self, addr_info: tuple) -> socket.socket:
-        family, type_, proto, _, address = addr_info
-        if not self._guard.check(address[0]):
-            raise AddressBlocked(f"refused to connect to {address[0]}")
-        return socket.socket(family=family, type=type_, proto=proto)
-
-    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
-        conn = await super().connect(req, traces, timeout)
-        peer = conn.transport.get_extra_info("peername") if conn.transport is not None else None
-        ip = peer[0] if peer else None
-        if ip is not None and not self._guard.check(ip):
-            conn.close()
-            raise AddressBlocked(f"connected peer {ip} is refused")
-        phase = _PHASE.get(None)
-        if phase is not None:
-            phase.ip = ip
-            phase.proto = conn.protocol
-            if phase.proto is not None:
-                phase.proto.first_data_at = phase.proto.first_data_poll = None
-        return conn
-
-
-class _TimedHandler(ResponseHandler):
-    """aiohttp's protocol, noting when bytes first arrive after a request is written.
-
-    ``data_received`` runs as soon as the event loop reads the socket, before any
-    coroutine waiting for the response is resumed, so ``first_data_at -
-    phase.sent_at`` is the server's time to first byte without the time the
-    task's own coroutines take to get round to the response (the politeness
-    scheduler's ``response_time_factor`` must react to the server, not to us).
-    """
-
-    first_data_at: float | None = None
-    first_data_poll: "_Poll | None" = None  # the poll that saw the first bytes (loops from new_event_loop)
-    last_data_at: float | None = None
-
-    def set_response_params(self, *args: Any, **kwargs: Any) -> None:
-        """aiohttp calls this on the connection right before it writes the request: the request is sent.
-
-        From here the first-byte timeout runs (not the connect one) and ``t_server_ms``
-        is counted. (aiohttp's request trace hooks would tell the same a few microseconds later,
-        at ~10 % of the fetch path's CPU for the signal machinery; measured.)
-        """
-        super().set_response_params(*args, **kwargs)
-        phase = _PHASE.get(None)
-        if phase is not None and phase.timeout is not None:
-            phase.sent_at = now = self._loop.time()
-            self.first_data_at = self.first_data_poll = None  # a kept-alive connection carries no unsolicited bytes
-            first_byte = now + phase.first_byte_s
-            phase.sent, phase.first_byte_binding = True, first_byte < phase.deadline
-            phase.timeout.reschedule(min(first_byte, phase.deadline))
-
-    def data_received(self, data: bytes) -> None:
-        if data:
-            self.last_data_at = now = self._loop.time()
-            if self.first_data_at is None:
-                self.first_data_at = now
-                polls = getattr(self._loop, "polls", None)
-                self.first_data_poll = polls.last() if polls is not None else None
-        super().data_received(data)
-
-
-@dataclass(frozen=True, slots=True)
-class _Poll:
-    """One poll of the event loop's selector, in loop time."""
-
-    previous_return: float  # when the poll before this one returned
-    called_at: float        # when this one was called
-    returned_at: float      # when it returned (the bytes it saw had come by then)
-
-    def own_lag_s(self, sent_at: float, seen_at: float) -> float:
-        """How much later than they came the loop may have seen bytes that this poll saw.
-
-        Bytes that came while the loop was polling were seen at once. Bytes that came
-        while it ran callbacks (from the poll before, or from the request's write if
-        later, to this poll's call) waited unseen; after this poll, callbacks ahead of
-        ours ran until ``seen_at``.
-        """
-        return max(0.0, self.called_at - max(self.previous_return, sent_at)) + max(0.0, seen_at - self.returned_at)
-
-
-class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """The platform's default selector, noting when each poll was called and returned."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._called_at = self._returned_at = self._previous_return = time.monotonic()
-
-    def select(self, timeout: float | None = None) -> Any:
-        self._called_at = time.monotonic()  # the loop's clock: BaseEventLoop.time() is time.monotonic()
-        try:
-            return super().select(timeout)
-        finally:
-            self._previous_return, self._returned_at = self._returned_at, time.monotonic()
-
-    def last(self) -> _Poll:
-        return _Poll(self._previous_return, self._called_at, self._returned_at)
-
-
-class PolledEventLoop(asyncio.SelectorEventLoop):
-    """asyncio's selector event loop whose polls are timed (``polls``), so that a response time
-    can tell the server's time from the loop's own stalls (see ``FetchResponse.t_own_lag_ms``)."""
-
-    def __init__(self) -> None:
-        self.polls = _TimedSelector()
-        super().__init__(self.polls)
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """The event loop a fetch task runs on: :class:`PolledEventLoop`."""
-    return PolledEventLoop()
 
 
 def _inet_aton_ok(host: str) -> bool:

@@ -17,7 +17,8 @@ class Outcome(str, Enum):
 
     OK = "ok"                        # 2xx response stored in WARC (body maybe truncated)
     NOT_MODIFIED = "not_modified"    # 304 to a conditional GET; revisit record written
-    REDIRECT = "redirect"            # 3xx with a Location; target in redirect_to, not followed inline
+    REDIRECT = "redirect"            # 3xx with a valid Location; target in redirect_to, not followed inline
+    BAD_REDIRECT = "bad_redirect"    # 3xx not to be followed (crawl_udfs.classify): error_class says why
     HTTP_ERROR = "http_error"        # 4xx/5xx (incl. 429); status_code says which
     ROBOTS_DENIED = "robots_denied"  # robots.txt disallows this URL for our agent
     ROBOTS_UNAVAILABLE = "robots_unavailable"  # robots.txt 5xx/unreachable: host treated as disallowed, retry later

@@ -27,6 +27,7 @@ from typing import Iterable
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from crawl_udfs.rows import Outcome
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, HOSTS, LINKS
@@ -77,15 +78,18 @@ def prepare(pages: DataFrame, fetch_list: DataFrame, crawldb: DataFrame) -> Data
     p = pages.where(F.col("kind") == "page").dropDuplicates(["url_fp"])
     old = _touching(crawldb, p, "url_fp").select([F.col(f.name).alias(f"o_{f.name}") for f in CRAWLDB.fields])
     p = p.join(fl, "url_fp", "left").join(old, F.col("url_fp") == F.col("o_url_fp"), "left")
-    return p.withColumn(_CAT, category(F.col("outcome"), F.col("status_code"), F.col("error_class"),
-                                       F.col("redirect_to")))
+    return p.withColumn(_CAT, category(F.col("outcome"), F.col("status_code")))
 
 
-def category(outcome: Column, code: Column, error_class: Column, redirect_to: Column) -> Column:
-    """The transition-table row of a page row (see ``jobs/update.py``)."""
+def category(outcome: Column, code: Column) -> Column:
+    """The transition-table row of a page row (see ``jobs/update.py``).
+
+    Whether a redirect is followed is the fetch task's decision (``crawl_udfs.classify``):
+    it arrives as the outcome, never inferred here from ``error_class``.
+    """
     return (F.when(outcome == "ok", "ok")
             .when(outcome == "not_modified", "not_modified")
-            .when((outcome == "redirect") & (error_class.isNotNull() | redirect_to.isNull()), "bad_redirect")
+            .when(outcome == Outcome.BAD_REDIRECT.value, "bad_redirect")
             .when((outcome == "redirect") & code.isin(301, 308), "redirect_perm")
             .when(outcome == "redirect", "redirect_temp")
             .when((outcome == "http_error") & code.isin(404, 410), "gone")

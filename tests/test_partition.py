@@ -37,7 +37,7 @@ def _conf(web, *extra):
         f'net.hosts_file="{web.hosts_file}"', 'net.allow_private_cidrs=["127.10.0.0/16"]',
         f"politeness.host_delay_s={DELAY}", f"fetch.task_budget_s={BUDGET}",
         f"fetch.total_timeout_s={TOTAL_TIMEOUT}", "fetch.first_byte_timeout_s=5", "fetch.max_body_bytes=1048576",
-        "robots.max_redirects=5", *extra])
+        "fetch.max_redirect_hops=5", *extra])
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,8 @@ def test_traps_and_hostile_bodies_are_bounded(big_crawl):
     assert drip.truncated == "time" or drip.error_class == "timeout_total"
     hang = by_url[normalize(web.url("hostile-hang.test", "/"))]
     assert hang.outcome == "error" and hang.error_class.startswith("timeout")
-    assert by_url[normalize(web.url("hostile-redirects.test", "/self"))].error_class == "redirect_loop"
+    loop = by_url[normalize(web.url("hostile-redirects.test", "/self"))]
+    assert (loop.outcome, loop.error_class) == ("bad_redirect", "redirect_loop")
     chain = [r for r in stats.results if "/chain/" in r.url and r.host == "hostile-redirects.test"]
     assert max(r.redirect_hops for r in chain) <= conf.fetch.max_redirect_hops
 
@@ -206,11 +207,11 @@ def test_page_work_on_the_loop_never_holds_up_due_hosts(tmp_path, monkeypatch):
     by a few pages' work (the loop turns its request needs), not by the whole burst."""
     import time
 
-    from crawl_udfs import partition
+    from crawl_udfs import pages
     from tests.testweb.analysis import gaps
 
     work_s, delay, n_hosts = 0.04, 0.3, 20
-    real_parse = partition.parse
+    real_parse = pages.parse
 
     def slow_parse(*args, **kwargs):  # 40 ms of CPU-bound work per page, holding the loop
         end = time.perf_counter() + work_s
@@ -218,7 +219,7 @@ def test_page_work_on_the_loop_never_holds_up_due_hosts(tmp_path, monkeypatch):
             pass
         return real_parse(*args, **kwargs)
 
-    monkeypatch.setattr(partition, "parse", slow_parse)
+    monkeypatch.setattr(pages, "parse", slow_parse)
     with TestWeb(tmp_path / "web", n_hosts=30, seed=13, kinds=["site"]) as web:
         conf = _conf(web, "fetch.parse_threads=0", f"politeness.host_delay_s={delay}",
                      "politeness.response_time_factor=0")
@@ -284,15 +285,15 @@ def test_the_tasks_own_stall_is_not_taken_for_a_slow_server(tmp_path, monkeypatc
     work) makes the response look slow; the delay must not learn from that."""
     import time
 
-    from crawl_udfs.fetcher import _TimedHandler
+    from crawl_udfs.connection import TimedHandler
 
-    real = _TimedHandler.set_response_params
+    real = TimedHandler.set_response_params
 
     def then_stall(self, *args, **kwargs):  # the request is written right after this returns
         real(self, *args, **kwargs)
         self._loop.call_soon(time.sleep, 0.15)  # the loop's next turn holds it 150 ms
 
-    monkeypatch.setattr(_TimedHandler, "set_response_params", then_stall)
+    monkeypatch.setattr(TimedHandler, "set_response_params", then_stall)
     found = _one_host_gaps(tmp_path, ["politeness.host_delay_s=0.3", "politeness.response_time_factor=10"])
     # Learnt from, each ~150 ms response time would make the delay 10 x 0.15 = 1.5 s.
     assert all(0.3 <= g < 0.6 for g in found), found
@@ -310,20 +311,25 @@ def test_pages_held_stay_within_the_concurrency_cap(tmp_path, monkeypatch):
     slow the page work: fetching runs ahead of it only that far."""
     import time
 
-    from crawl_udfs import partition
+    from crawl_udfs import pages, partition
 
-    real_parse, real_done, held = partition.parse, partition._Task._page_done, []
+    real_parse, real_done, real_run, held, tasks = pages.parse, pages.PageWork.page_done, partition._Task.run, [], []
 
     def slow_parse(*args, **kwargs):
         time.sleep(0.005)  # the loop is held, as by CPU work
         return real_parse(*args, **kwargs)
 
+    def run(self):
+        tasks.append(self)
+        return real_run(self)
+
     def page_done(self, *args):
-        held.append(self.sched.in_flight() + len(self.pages) + 1)  # fetching, queued, this one
+        held.append(tasks[-1].sched.in_flight() + len(self.queue) + 1)  # fetching, queued, this one
         return real_done(self, *args)
 
-    monkeypatch.setattr(partition, "parse", slow_parse)
-    monkeypatch.setattr(partition._Task, "_page_done", page_done)
+    monkeypatch.setattr(pages, "parse", slow_parse)
+    monkeypatch.setattr(partition._Task, "run", run)
+    monkeypatch.setattr(pages.PageWork, "page_done", page_done)
     with TestWeb(tmp_path / "web", n_hosts=70, seed=13, kinds=["site"]) as web:
         conf = _conf(web, "fetch.parse_threads=0", "fetch.max_concurrency=16", "politeness.host_delay_s=0",
                      "politeness.response_time_factor=0")
@@ -340,9 +346,9 @@ def test_a_bug_in_page_work_fails_the_task_instead_of_hanging(tmp_path, monkeypa
     """The page queue's worker dying must not leave request tasks waiting on their pages."""
     import time
 
-    from crawl_udfs import partition
+    from crawl_udfs import pages
 
-    real_done, calls = partition._Task._page_done, []
+    real_done, calls = pages.PageWork.page_done, []
 
     def page_done(self, *args):
         calls.append(1)
@@ -350,7 +356,7 @@ def test_a_bug_in_page_work_fails_the_task_instead_of_hanging(tmp_path, monkeypa
             raise RuntimeError("bug in page work")
         return real_done(self, *args)
 
-    monkeypatch.setattr(partition._Task, "_page_done", page_done)
+    monkeypatch.setattr(pages.PageWork, "page_done", page_done)
     with TestWeb(tmp_path / "web", n_hosts=12, seed=13, kinds=["site"]) as web:
         conf = _conf(web, "fetch.parse_threads=0", "politeness.host_delay_s=0.2")
         hosts = [h for h in web.plan.by_kind("site") if len(h.pages) >= 3][:6]
@@ -396,7 +402,7 @@ def test_parse_threads_results_match_their_warc_records(tmp_path, threads):
         assert r.title == parsed.title and r.canonical == parsed.canonical
         assert r.simhash == (simhash(parsed.main_text, conf.simhash.shingle_words)
                              if parsed.main_text.strip() else None)
-        kept = [o for o in parsed.outlinks if o.kind == "canonical" or url_filter.reason(o.url) is None]
+        kept = [o for o in parsed.outlinks if url_filter.reason(o.url) is None]  # the canonical too
         assert [(o.url, o.kind, o.nofollow) for o in r.outlinks] == [(o.url, o.kind, o.nofollow) for o in kept]
         assert r.outlinks_filtered == len(parsed.outlinks) - len(kept)
     # whole files, read front to back: warcinfo first, then per exchange a request and its response
@@ -410,3 +416,49 @@ def test_parse_threads_results_match_their_warc_records(tmp_path, threads):
             assert (t1, t2, to) == ("request", "response", id1)
         records += len(recs)
     assert records >= 1 + 2 * len(ok)
+
+
+def _robots_redirect_crawl(tmp_path, with_target_pages: bool):
+    """Pages of robots-redirect-offsite.test (whose robots.txt redirects to robots-crawl-delay-2.test's),
+    and, if asked, of that target too, in one task with a host delay well below the target's Crawl-delay 2."""
+    from tests.testweb.robots import OFFSITE_TARGET
+
+    with TestWeb(tmp_path / "web", n_hosts=20, seed=3, kinds=["robots"]) as web:
+        conf = _conf(web, "politeness.host_delay_s=0.3", "politeness.response_time_factor=0")
+        hosts = ["robots-redirect-offsite.test"] + ([OFFSITE_TARGET] if with_target_pages else [])
+        paths = {h: sorted(p for p in web.plan.host(h).pages if not p.startswith("/private/"))[:2] for h in hosts}
+        urls = [normalize(web.url(h, p)) for h in hosts for p in ["/private/secret.html", *paths[h]]]
+        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in urls]
+        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"o-{i}.warc.gz"))
+        lines = [r for r in web.log() if r["ua"] == conf.crawler.user_agent]
+        return web, out, lines, web.violations(host_delay_s=0.3), OFFSITE_TARGET
+
+
+def test_a_robots_redirect_to_a_crawled_host_waits_for_that_hosts_delay(tmp_path):
+    """The robots.txt hop to another host of the task is leased on THAT host: its Crawl-delay (2 s,
+    against a host delay of 0.3 s) and its one-in-flight hold, judged from the server's log."""
+    web, out, lines, v, target = _robots_redirect_crawl(tmp_path, with_target_pages=True)
+    on_target = [r for r in lines if r["host"] == target]
+    assert [r["path"] for r in on_target].count("/robots.txt") == 2, on_target  # its own, and the hop
+    assert len(on_target) >= 4
+    assert v.too_close == [], v.summary()
+    assert v.max_in_flight_by_host[target] == 1
+    results = {r.url: r for r in out if isinstance(r, FetchResult)}
+    offsite = {h.host: h for h in out if isinstance(h, HostResult)}["robots-redirect-offsite.test"]
+    assert offsite.robots_status == 200 and offsite.crawl_delay_s == 2.0 and offsite.robots_requests == 2
+    denied = results[normalize(web.url("robots-redirect-offsite.test", "/private/secret.html"))]
+    assert denied.outcome == "robots_denied"  # the target's rules apply to the host that redirected
+
+
+def test_a_robots_redirect_to_a_host_the_task_does_not_hold(tmp_path):
+    """A hop to a host this task does not crawl is leased as a host of its own: it waits one host
+    delay and is not reported as one of the task's hosts."""
+    web, out, lines, v, target = _robots_redirect_crawl(tmp_path, with_target_pages=False)
+    assert [(r["host"], r["path"]) for r in lines if r["host"] == target] == [(target, "/robots.txt")]
+    hosts = {h.host for h in out if isinstance(h, HostResult)}
+    assert hosts == {"robots-redirect-offsite.test"}
+    first = min(r["start"] for r in lines)
+    hop = next(r for r in lines if r["host"] == target)
+    assert hop["start"] - first >= 0.3 - 0.005
+    outcomes = collections.Counter(r.outcome for r in out if isinstance(r, FetchResult))
+    assert outcomes == {"robots_denied": 1, "ok": 2}, outcomes

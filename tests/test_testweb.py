@@ -246,8 +246,9 @@ def test_robots_variants(web):
         hops = 0
         while r.status_code in (301, 302, 307):
             hops += 1
-            r = get(web, h.name, urlsplit(r.headers["Location"]).path, ua="robots")
-        assert hops == {"redirect": 1, "redirect-chain": 3}.get(v, 0), v
+            loc = urlsplit(r.headers["Location"])
+            r = get(web, loc.hostname or h.name, loc.path, ua="robots")
+        assert hops == {"redirect": 1, "redirect-chain": 3, "redirect-offsite": 1}.get(v, 0), v
         assert r.status_code == {"404": 404, "410": 410, "5xx": 503}.get(v, 200), v
         if v == "slow":
             assert took >= KNOBS["robots_slow_s"] * 0.9
@@ -277,13 +278,13 @@ def test_robots_variants(web):
 
 
 def test_robots_changes_after_n_requests_or_seconds(tmp_path):
-    with TestWeb(tmp_path / "n", n_hosts=17, seed=3, kinds=["robots"], robots_change_after_requests=3) as w:
+    with TestWeb(tmp_path / "n", n_hosts=18, seed=3, kinds=["robots"], robots_change_after_requests=3) as w:
         for _ in range(3):
             assert get(w, "robots-changing.test", "/", ua="changing").status_code == 200
         assert get(w, "robots-changing.test", "/robots.txt", ua="changing").text == robots.DISALLOW_ALL
         get(w, "robots-changing.test", "/s0/", ua="changing")
         assert [r["disallowed"] for r in log_for(w, "changing", n=5)] == [False, False, False, False, True]
-    with TestWeb(tmp_path / "s", n_hosts=17, seed=3, kinds=["robots"], robots_change_after_s=1.0) as w:
+    with TestWeb(tmp_path / "s", n_hosts=18, seed=3, kinds=["robots"], robots_change_after_s=1.0) as w:
         assert get(w, "robots-changing.test", "/robots.txt").text == robots.ALLOW_ALL
         time.sleep(1.1)
         assert get(w, "robots-changing.test", "/robots.txt").text == robots.DISALLOW_ALL

@@ -106,7 +106,7 @@ TRANSITIONS = [
      dict(status="redirect_temp")),
     ("redirect_307", dict(outcome="redirect", status_code=307, redirect_to="http://t.test/e"), {},
      dict(status="redirect_temp")),
-    ("redirect_loop", dict(outcome="redirect", status_code=301, redirect_to=D + "redirect_loop",
+    ("redirect_loop", dict(outcome="bad_redirect", status_code=301, redirect_to=D + "redirect_loop",
                            error_class="redirect_loop"), {},
      dict(status="error_final", retries=1, fetch_count=1, redirect_to=D + "redirect_loop",
           error_class="redirect_loop", next_fetch_time=T0 + sec(1000000))),

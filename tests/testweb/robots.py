@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 from functools import lru_cache
 
 AGENT = "deltacrawl"
@@ -26,6 +27,7 @@ ROBOTS_PATHS = ("/robots.txt", "/robots-real.txt", "/robots-hop-1.txt", "/robots
 ALLOW_ALL = "User-agent: *\nDisallow:\n"
 DISALLOW_ALL = "User-agent: *\nDisallow: /\n"
 PLAIN = "# plain rules\nUser-agent: *\nDisallow: /private/\nAllow: /private/ok.html\n"
+OFFSITE_TARGET = "robots-crawl-delay-2.test"  # where robots-redirect-offsite's robots.txt redirects
 
 # Variants: name -> one line of meaning (status, body, behaviour).
 VARIANTS = {
@@ -42,6 +44,7 @@ VARIANTS = {
     "slow": "200 plain rules, but only after knobs.robots_slow_s seconds",
     "redirect": "301 /robots.txt -> /robots-real.txt (plain rules)",
     "redirect-chain": "301 -> /robots-hop-1.txt, 302 -> /robots-hop-2.txt, 307 -> /robots-real.txt (plain rules)",
+    "redirect-offsite": f"301 -> http://{OFFSITE_TARGET}:<port>/robots.txt, another host's (its rules, Crawl-delay 2)",
     "huge": "200, ~620 KB: Disallow /early/ at the top, 20k filler rules, Disallow /beyond/ after 500 KiB",
     "changing": "allow-all until knobs.robots_change_after_s / _requests, then Disallow: / for *",
     "disallow-all": "200, Disallow: / for *",
@@ -53,7 +56,7 @@ VARIANTS = {
 class RobotsReply:
     status: int
     body: bytes = b""
-    location: str | None = None  # absolute path for 3xx
+    location: str | None = None  # absolute path (same host) or absolute URL (another host) for 3xx
     delay_s: float = 0.0
 
 
@@ -71,7 +74,7 @@ def body_text(variant: str, base_url: str) -> str:
                 "Disallow: /members/\nAllow: /\n\nUser-agent: badbot\nDisallow: /\n")
     if variant == "sitemap":
         return (f"Sitemap: {base_url}/sitemap.xml\n" + PLAIN + f"\nSitemap: {base_url}/sitemap-extra.xml\n")
-    if variant == "crawl-delay-2":
+    if variant in ("crawl-delay-2", "redirect-offsite"):
         return "User-agent: *\nCrawl-delay: 2\nDisallow: /private/\n"
     if variant == "crawl-delay-3600":
         return "User-agent: *\nCrawl-delay: 3600\nDisallow:\n"
@@ -103,6 +106,8 @@ def reply(variant: str, path: str, base_url: str, changed: bool, slow_s: float) 
     if path in redirects:
         status, target = redirects[path]
         return RobotsReply(status, b"", target)
+    if variant == "redirect-offsite" and path == "/robots.txt":
+        return RobotsReply(301, b"", f"http://{OFFSITE_TARGET}:{urlsplit(base_url).port}/robots.txt")
     if path != "/robots.txt" and not (redirects and path == "/robots-real.txt"):
         return None
     if variant == "404":

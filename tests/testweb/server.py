@@ -315,7 +315,8 @@ class TestWebServer:
         if rr is not None:
             if rr.delay_s:
                 await asyncio.sleep(rr.delay_s)
-            headers = {"Location": h.url(rr.location)} if rr.location else {}
+            location = rr.location if rr.location is None or "://" in rr.location else h.url(rr.location)
+            headers = {"Location": location} if location else {}
             return await self.send(request, ex, rr.status, rr.body, "text/plain; charset=utf-8", headers)
         if h.variant in ("throttle-seconds", "throttle-date"):
             resp = await self.throttle(request, ex, h, peer_ip)

@@ -1,0 +1,174 @@
+"""The hosts of one fetch task: pages admitted behind robots.txt, and every URL's outcome.
+
+Guarantees:
+- **robots.txt before pages** (RFC 9309): a host's pages enter the scheduler only
+  once its rules are known: seeded from ``hosts`` when fresh, else fetched first
+  (a :class:`~crawl_udfs.robots_fetch.RobotsFetch` at the head of its queue).
+  Pages then go to the scheduler, or end ``robots_denied`` / ``robots_unavailable``.
+- **The first request to a host** waits until the ``next_allowed_at`` the
+  previous round persisted; in a retried task also one host delay after the start.
+- **One result per fetch-list URL**: pages finished here (denied, deferred, parked,
+  not attempted) or by the page work (``crawl_udfs.pages``), never twice.
+- What the task learnt of each host comes back as one :class:`HostResult`
+  (:meth:`TaskHosts.host_result`), for ``hosts``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from crawl_udfs.config import Config
+from crawl_udfs.fetcher import FetchResponse
+from crawl_udfs.responses import NOT_SENT
+from crawl_udfs.robots import RobotsPolicy, robots_url
+from crawl_udfs.robots_fetch import RobotsFetch
+from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
+from crawl_udfs.scheduler import PolitenessScheduler
+
+#: Park reasons that mean the host cannot be reached at all: its URLs fail, not wait.
+_UNREACHABLE = ("dns", "ssrf_blocked")
+
+
+@dataclass
+class HostRun:
+    """What the task knows of one of its hosts while it runs."""
+
+    name: str
+    robots_url: str                       # "http://host:port/robots.txt" of its first URL
+    result: HostResult
+    policy: RobotsPolicy | None = None
+    robots_pending: bool = False          # a robots.txt chain is queued or under way
+    waiting: list[FetchItem] = field(default_factory=list)  # pages held until robots is known
+
+
+class TaskHosts:
+    """The task's hosts and results; feeds ``sched`` with pages and robots.txt requests."""
+
+    def __init__(self, conf: Config, sched: PolitenessScheduler):
+        self.conf, self.sched = conf, sched
+        self.agent = conf.crawler.agent_name
+        self.runs: dict[str, HostRun] = {}
+        self.results: dict[int, FetchResult] = {}   # id(item) -> result (written by parse threads too)
+        self.queued_at: dict[int, float] = {}       # id(item) -> when it was admitted
+
+    # -- admission ------------------------------------------------------------------------
+    def admit(self, items: list[FetchItem], seeds: dict[str, HostState], start: float, retried: bool) -> None:
+        by_host: dict[str, list[FetchItem]] = defaultdict(list)
+        for item in items:
+            by_host[item.host].append(item)
+        delay = self.conf.politeness.host_delay_s
+        for host, host_items in by_host.items():
+            seed = seeds.get(host)
+            run = HostRun(host, robots_url(host_items[0].url), HostResult(host=host))
+            self.runs[host] = run
+            not_before = seed.next_allowed_at if seed and seed.next_allowed_at else None
+            if retried:
+                not_before = max(not_before or 0.0, start + delay)
+            self.sched.set_host(host, not_before=not_before,
+                                consecutive_failures=seed.consecutive_failures if seed else None)
+            if seed and seed.robots_fetched_at is not None:
+                policy = RobotsPolicy.from_fetch(seed.robots_status, seed.robots_body, seed.robots_fetched_at,
+                                                 self.agent, self.conf.robots)
+                if policy.is_fresh(start):
+                    self.set_policy(run, policy)
+            run.waiting.extend(host_items)
+            for item in host_items:
+                self.queued_at[id(item)] = start
+            if run.policy is None:
+                self.request_robots(run)
+            else:
+                self.release_waiting(run)
+
+    def request_robots(self, run: HostRun) -> None:
+        if not run.robots_pending:
+            run.robots_pending = True
+            self.sched.add_front(run.name, RobotsFetch(run.name, run.robots_url))
+
+    def robots_known(self, run: HostRun, policy: RobotsPolicy) -> None:
+        """The chain of ``run``'s robots.txt ended: apply the rules to the pages held for them."""
+        run.robots_pending = False
+        self.set_policy(run, policy)
+        if policy.unavailable:
+            self.sched.park(run.name, "robots_unavailable")
+        self.release_waiting(run)
+
+    def set_policy(self, run: HostRun, policy: RobotsPolicy) -> None:
+        run.policy = policy
+        r = run.result
+        r.robots_status, r.robots_body = policy.status, policy.body
+        r.robots_fetched_at, r.robots_expires_at = policy.fetched_at, policy.expires_at
+        r.crawl_delay_s, r.sitemaps = policy.crawl_delay, list(policy.sitemaps)
+        if policy.crawl_delay is not None:
+            self.sched.set_host(run.name, crawl_delay=policy.crawl_delay)
+
+    def release_waiting(self, run: HostRun) -> None:
+        """Move pages held for robots.txt into the scheduler, or finish them per the rules."""
+        items, run.waiting = run.waiting, []
+        policy = run.policy
+        for item in items:
+            if policy.unavailable:
+                self.finish(item, Outcome.ROBOTS_UNAVAILABLE, error_class="robots_unavailable",
+                            error_message=f"robots.txt status {policy.status}")
+            elif not policy.allowed(item.url):
+                self.finish(item, Outcome.ROBOTS_DENIED)
+            else:
+                self.sched.add(run.name, item)
+
+    def count(self, run: HostRun, resp: FetchResponse, *, robots: bool = False, own_host: bool = True) -> None:
+        """Count one request of ``run`` (``own_host``: it went to ``run``'s host, not a redirect target)."""
+        if resp.error_class not in NOT_SENT:
+            run.result.requests += 1
+            run.result.robots_requests += robots
+        run.result.bytes_received += resp.wire_bytes
+        if resp.ip and own_host:
+            run.result.ip = resp.ip
+
+    # -- outcomes -------------------------------------------------------------------------
+    def finish(self, item: FetchItem, outcome: Outcome, **extra) -> None:
+        self.results[id(item)] = FetchResult(url=item.url, url_fp=item.url_fp, host=item.host,
+                                             outcome=outcome.value, redirect_hops=item.redirect_hops, **extra)
+
+    def finish_unattempted(self) -> None:
+        """The budget ran out: every URL still queued or held comes back untouched."""
+        for item in self.sched.drain():
+            self._unattempted(item)
+        for run in self.runs.values():
+            for item in run.waiting:
+                self._unattempted(item)
+            run.waiting.clear()
+
+    def _unattempted(self, item) -> None:
+        if not isinstance(item, RobotsFetch) and id(item) not in self.results:
+            self.finish(item, Outcome.NOT_ATTEMPTED, error_class="task_budget")
+
+    def collect_deferred(self) -> None:
+        for item, reason in self.sched.take_deferred():
+            if isinstance(item, RobotsFetch):
+                # Parked before its rules were known: the pages held for them share the fate.
+                run = self.runs[item.owner]
+                run.robots_pending = False
+                for page in run.waiting:
+                    self._finish_parked(page, reason)
+                run.waiting = []
+            else:
+                self._finish_parked(item, reason)
+
+    def _finish_parked(self, item: FetchItem, reason: str) -> None:
+        if reason in _UNREACHABLE:
+            self.finish(item, Outcome.ERROR, error_class=reason)
+        elif reason == "robots_unavailable":
+            self.finish(item, Outcome.ROBOTS_UNAVAILABLE, error_class=reason)
+        else:
+            self.finish(item, Outcome.DEFERRED, error_class=reason)
+
+    def host_result(self, run: HostRun) -> HostResult:
+        """What the task learnt of ``run``'s host, for ``hosts`` (its politeness state at the end)."""
+        state = self.sched.host_state(run.name)
+        r = run.result
+        r.next_allowed_at = state.next_allowed_at if state.next_allowed_at not in (None, -math.inf) else None
+        r.consecutive_failures = state.consecutive_failures
+        r.parked, r.park_reason = state.parked, state.park_reason
+        r.ip = r.ip or state.ip
+        return r

@@ -1,0 +1,138 @@
+"""Page work: everything after a page's body is in, off the politeness path.
+
+Guarantees:
+- **A page's result is its verdict plus the verdict's effects**: :func:`crawl_udfs.classify.classify`
+  decides; here the WARC record is written (one exchange at a time, under a lock, its records
+  together), the body parsed, its admitted outlinks kept and its main text SimHashed. A bug in
+  one page's work becomes that page's ``internal`` error row, logged, and never sinks the task.
+- **At most one page's work per loop turn.** With ``fetch.parse_threads = 0`` one coroutine works
+  the queue on the event loop, one page, then yields; with N > 0 the pages go to N threads.
+  :meth:`PageWork.hand_over` returns only when its page is done, so the request tasks that wait
+  on it bound the pages held in memory by ``fetch.max_concurrency``.
+- **Every page handed over is finished** (result and WARC) before :meth:`PageWork.close`
+  returns, even when its request task was cancelled by the budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+from crawl_udfs.classify import Rules, Store, Verdict, admitted, classify
+from crawl_udfs.config import Config
+from crawl_udfs.fetcher import FetchResponse
+from crawl_udfs.parser import parse
+from crawl_udfs.rows import FetchItem, FetchResult, Outcome
+from crawl_udfs.simhash import simhash
+from crawl_udfs.url_normalize import CachedNormalizer
+from crawl_udfs.warc import HttpExchange, RollingWarcWriter
+
+log = logging.getLogger(__name__)
+
+
+class PageWork:
+    """The page queue (or parse threads) of one task; results go to ``results[id(item)]``."""
+
+    def __init__(self, conf: Config, rules: Rules, link_normalizer: CachedNormalizer,
+                 warc: RollingWarcWriter, results: dict[int, FetchResult]):
+        self.conf, self.rules, self.warc, self.results = conf, rules, warc, results
+        self.link_normalizer = link_normalizer
+        self.agent = conf.crawler.agent_name
+        self.warc_lock = threading.Lock()
+        self.queue: deque = deque()   # (done future, (item, resp, waited, retry_after))
+        self.pool: ThreadPoolExecutor | None = None
+        self._ready: asyncio.Event | None = None
+        self._worker: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start the worker coroutine, or the threads; call inside the task's event loop."""
+        threads = self.conf.fetch.parse_threads
+        if threads > 0:
+            self.pool = ThreadPoolExecutor(threads, thread_name_prefix="deltacrawl-parse")
+        else:
+            self._ready = asyncio.Event()
+            self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    async def close(self) -> None:
+        """Finish every page handed over, then stop the worker or threads."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        if self._worker is not None:
+            self._worker.cancel()  # it stops at an await, between pages; what is left is done here
+            await asyncio.gather(self._worker, return_exceptions=True)
+            while self.queue:
+                self.page_done(*self.queue.popleft()[1])
+
+    async def hand_over(self, item: FetchItem, resp: FetchResponse, waited: float,
+                        retry_after: float | None) -> None:
+        """Queue the page's work and wait until it is done."""
+        if self.pool is None:
+            # Cancelled (the budget), the page still gets done: it stays queued for the worker or close().
+            done = asyncio.get_running_loop().create_future()
+            self.queue.append((done, (item, resp, waited, retry_after)))
+            self._ready.set()
+            await done
+        else:
+            # Shielded: a page handed over is finished (result and WARC) even if this task is cancelled.
+            await asyncio.shield(asyncio.get_running_loop().run_in_executor(
+                self.pool, self.page_done, item, resp, waited, retry_after))
+
+    async def _work(self) -> None:
+        """Work the queue on the loop: one page, then yield, so I/O and timers run in between."""
+        queue, ready = self.queue, self._ready
+        while True:
+            while queue:
+                done, args = queue.popleft()
+                try:
+                    self.page_done(*args)
+                except Exception as e:  # a bug: fail the page's request task, which surfaces it
+                    if not done.done():
+                        done.set_exception(e)
+                    raise
+                if not done.done():
+                    done.set_result(None)
+                await asyncio.sleep(0)
+            ready.clear()
+            await ready.wait()
+
+    def page_done(self, item: FetchItem, resp: FetchResponse, waited: float, retry_after: float | None) -> None:
+        """The page's FetchResult: its verdict with the effects applied."""
+        try:
+            result = self._apply(classify(item, resp, self.rules), item, resp)
+        except Exception as e:  # a bug in one page's work must not sink the task
+            log.exception("internal error on %s", item.url)
+            result = FetchResult(url=item.url, url_fp=item.url_fp, host=item.host, outcome=Outcome.ERROR.value,
+                                 fetch_time=resp.started_at, status_code=resp.status, error_class="internal",
+                                 error_message=f"{type(e).__name__}: {e}"[:500], redirect_hops=item.redirect_hops)
+        result.politeness_wait_ms = waited
+        result.retry_after_s = retry_after
+        self.results[id(item)] = result
+
+    def _apply(self, verdict: Verdict, item: FetchItem, resp: FetchResponse) -> FetchResult:
+        r = verdict.row
+        if verdict.store is not Store.NOTHING:
+            exchange = HttpExchange(url=item.url, ip=resp.ip, fetch_time=resp.started_at, method="GET",
+                                    request_target=resp.request_target, request_headers=resp.request_headers,
+                                    http_version=resp.http_version or "1.1", status=resp.status,
+                                    reason=resp.reason or "", response_headers=resp.headers, body=resp.body,
+                                    truncated=resp.truncated)
+            with self.warc_lock:
+                if verdict.store is Store.REVISIT:
+                    ptr = self.warc.write_revisit(exchange, refers_to=item.prev_warc_record_id,
+                                                  refers_to_uri=item.url, refers_to_date=item.prev_fetch_time)
+                else:
+                    ptr = self.warc.write_exchange(exchange, payload_digest=r.digest)
+            r.warc_filename, r.warc_offset, r.warc_length, r.warc_record_id = (
+                ptr.filename, ptr.offset, ptr.length, ptr.record_id)
+        if verdict.parse:
+            parsed = parse(resp.body, url=item.url, content_type=verdict.content_type, headers=r.headers,
+                           normalizer=self.link_normalizer, parse_conf=self.conf.parse, agent_name=self.agent)
+            r.charset, r.title, r.canonical = parsed.charset, parsed.title, parsed.canonical
+            r.noindex, r.nofollow = parsed.noindex, parsed.nofollow
+            r.outlinks, r.outlinks_filtered = admitted(parsed.outlinks, self.rules)
+            if parsed.is_html and parsed.main_text.strip():
+                r.simhash = simhash(parsed.main_text, self.conf.simhash.shingle_words)
+        return r
