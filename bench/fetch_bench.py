@@ -144,11 +144,12 @@ class _Timers:
     Patched by name, so a renamed function is simply missing from the report.
     """
 
-    TARGETS = (("_classify (all work after the body)", "crawl_udfs.partition", "_Task", "_classify"),
-               ("parse", "crawl_udfs.partition", None, "parse"),
+    TARGETS = (("page_done (all work after the body)", "crawl_udfs.pages", "PageWork", "page_done"),
+               ("classify", "crawl_udfs.pages", None, "classify"),
+               ("parse", "crawl_udfs.pages", None, "parse"),
                ("url_filter.reason", "crawl_udfs.url_filter", "UrlFilter", "reason"),
-               ("simhash", "crawl_udfs.partition", None, "simhash"),
-               ("payload_digest", "crawl_udfs.partition", None, "payload_digest"),
+               ("simhash", "crawl_udfs.pages", None, "simhash"),
+               ("payload_digest", "crawl_udfs.classify", None, "payload_digest"),
                ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"))
 
     def __init__(self) -> None:
@@ -518,14 +519,14 @@ def scenario_b(p: Params, tmp: Path, runner: Runner, profile: bool) -> dict:
 HOT_SPOTS = (
     ("page handling (fetch + classify)", "crawl_udfs/partition.py", "_fetch_page"),
     ("  fetcher.fetch (aiohttp GET + body)", "crawl_udfs/fetcher.py", "fetch"),
-    ("  _classify (everything after the body)", "crawl_udfs/partition.py", "_classify"),
+    ("  page work (everything after the body)", "crawl_udfs/pages.py", "page_done"),
     ("    parser.parse (lxml, links, main text)", "crawl_udfs/parser.py", "parse"),
     ("      outlink normalisation", "crawl_udfs/url_normalize.py", "normalize"),
-    ("      main-text extraction", "crawl_udfs/parser.py", "_main_text"),
+    ("      main-text extraction", "crawl_udfs/main_text.py", "main_text"),
     ("    simhash", "crawl_udfs/simhash.py", "simhash"),
     ("    WARC write_exchange (gzip, digests)", "crawl_udfs/warc.py", "write_exchange"),
     ("    payload_digest", "crawl_udfs/signatures.py", "payload_digest"),
-    ("robots.txt fetch + parse", "crawl_udfs/partition.py", "_fetch_robots"),
+    ("robots.txt fetch + parse", "crawl_udfs/partition.py", "_robots_hop"),
     ("scheduler lease", "crawl_udfs/scheduler.py", "lease"),
     ("scheduler release", "crawl_udfs/scheduler.py", "release"),
     ("drive loop (asyncio.wait etc., own time only)", "crawl_udfs/partition.py", "_drive_loop"),

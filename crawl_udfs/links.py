@@ -1,0 +1,80 @@
+"""A page's outlinks: normalised, deduplicated, bounded.
+
+Outlinks are normalised with the task's URL normaliser, deduplicated (first
+occurrence keeps its place and kind; a URL is nofollow only if every
+occurrence is), exclude the page itself and fragment-only links, skip
+non-http(s) schemes, and come canonical first. Links
+under ``rel=nofollow`` or page-level nofollow are *returned* with
+``nofollow=True``: whether to follow them (``parse.follow_nofollow``) is the
+update step's decision. ``<meta http-equiv=refresh>`` targets are not
+extracted.
+
+Bounded: normalisation is cached per distinct ``href`` and stops at
+``parse.max_outlinks_per_page`` links or ``parse.max_links_examined`` hrefs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from crawl_udfs.config import Section
+from crawl_udfs.rows import Outlink
+from crawl_udfs.url_normalize import fingerprint
+
+
+def rel_tokens(value: str | None) -> list[str]:
+    """The lower-case tokens of a ``rel`` attribute."""
+    return value.lower().split() if value else []
+
+
+_OTHER_SCHEME = re.compile(r"(?!https?:)[a-z][a-z0-9+.\-]*:", re.I)  # mailto:, javascript:, data:, …
+
+
+class LinkSet:
+    """Normalised, deduplicated outlinks in order, with a per-href cache."""
+
+    def __init__(self, normalizer, base: str, own: str | None, conf: Section):
+        self.normalizer, self.base, self.own = normalizer, base, own
+        self.cap, self.budget = conf.max_outlinks_per_page, conf.max_links_examined
+        self.cache: dict[str, str | None] = {}
+        self.index: dict[str, Outlink] = {}
+        self.items: list[Outlink] = []
+
+    def full(self) -> bool:
+        return len(self.items) >= self.cap or len(self.cache) >= self.budget
+
+    def add(self, href: str, kind: str, nofollow: bool) -> str | None:
+        href = href.strip()
+        if href in self.cache:
+            url = self.cache[href]
+        else:
+            url = None
+            if href and not href.startswith("#") and not _OTHER_SCHEME.match(href):
+                try:
+                    url = self.normalizer.normalize(href, self.base)
+                except Exception:
+                    pass
+            self.cache[href] = url
+        if url is None or url == self.own:
+            return url
+        seen = self.index.get(url)
+        if seen is not None:
+            seen.nofollow = seen.nofollow and nofollow
+        elif len(self.items) < self.cap:
+            link = Outlink(url=url, url_fp=fingerprint(url), kind=kind, nofollow=nofollow)
+            self.index[url] = link
+            self.items.append(link)
+        return url
+
+
+_LINK_ATTR = {"a": "href", "area": "href", "frame": "src", "iframe": "src"}
+
+
+def collect_links(root, links: LinkSet) -> None:
+    """Add the ``<a>``, ``<area>``, ``<frame>`` and ``<iframe>`` targets of ``root``, in document order."""
+    for el in root.iter("a", "area", "frame", "iframe"):
+        if links.full():
+            return
+        value = el.get(_LINK_ATTR[el.tag])
+        if value is not None:
+            links.add(value, el.tag, "nofollow" in rel_tokens(el.get("rel")))

@@ -1,0 +1,103 @@
+"""Page classification, table-driven: one response in, one verdict out, no event loop, no I/O.
+
+Each row is (name, the response, the item's redirect hops, what the verdict must say). The
+redirect rows are the one definition of redirect validity: ``update`` reads the outcome
+(``bad_redirect``) and nothing else (tests/test_update.py row ``redirect_loop``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from crawl_udfs import config
+from crawl_udfs.classify import Store, admitted, classify, rules_for
+from crawl_udfs.fetcher import FetchResponse
+from crawl_udfs.rows import FetchItem, Outlink
+from crawl_udfs.signatures import payload_digest
+from crawl_udfs.url_normalize import UrlNormalizer, fingerprint
+
+CONF = config.load()
+RULES = rules_for(CONF, UrlNormalizer(CONF.url))
+URL = "http://a.test/dir/page.html"
+HTML = b"<html><title>t</title><a href='/x'>x</a></html>"
+DEEP = "http://a.test/" + "/".join("abcdefghijkl")  # past filter.max_path_segments
+
+
+def response(status=200, headers=(), body=b"", error_class=None) -> FetchResponse:
+    return FetchResponse(URL, status, "R", "1.1", list(headers), body, len(body), None, "127.0.0.9",
+                         "/dir/page.html", [("Host", "a.test")], 1_700_000_000.0, 3.0, 5.0, error_class,
+                         "boom" if error_class else None)
+
+
+def item(hops=0) -> FetchItem:
+    return FetchItem(url=URL, url_fp=fingerprint(URL), host="a.test", redirect_hops=hops, prev_digest="sha1:OLD",
+                     prev_warc_record_id="<urn:old>", prev_fetch_time=1.0)
+
+
+def loc(target: str):
+    return [("Location", target)]
+
+
+# name, response, hops, expected (outcome, error_class, redirect_to, store, parse)
+CASES = [
+    ("timeout", response(None, error_class="timeout_total"), 0, ("error", "timeout_total", None, Store.NOTHING, False)),
+    ("no_status", response(None), 0, ("error", "other", None, Store.NOTHING, False)),
+    ("ok_html", response(200, [("Content-Type", "Text/HTML; charset=utf-8")], HTML), 0,
+     ("ok", None, None, Store.EXCHANGE, True)),
+    ("ok_empty", response(204), 0, ("ok", None, None, Store.EXCHANGE, True)),
+    ("not_modified", response(304), 0, ("not_modified", None, None, Store.REVISIT, False)),
+    ("gone", response(404, body=b"no"), 0, ("http_error", None, None, Store.EXCHANGE, False)),
+    ("unavailable", response(503), 0, ("http_error", None, None, Store.EXCHANGE, False)),
+    ("throttled", response(429), 0, ("http_error", None, None, Store.EXCHANGE, False)),
+    ("redirect_301", response(301, loc("http://b.test/x")), 0,
+     ("redirect", None, "http://b.test/x", Store.EXCHANGE, False)),
+    ("redirect_relative", response(302, loc("../other.html")), 0,
+     ("redirect", None, "http://a.test/other.html", Store.EXCHANGE, False)),
+    ("redirect_last_allowed_hop", response(307, loc("/y")), CONF.fetch.max_redirect_hops - 1,
+     ("redirect", None, "http://a.test/y", Store.EXCHANGE, False)),
+    ("redirect_without_location", response(301), 0, ("bad_redirect", "bad_redirect", None, Store.EXCHANGE, False)),
+    ("redirect_unusable_location", response(302, loc("mailto:x@a.test")), 0,
+     ("bad_redirect", "bad_redirect", None, Store.EXCHANGE, False)),
+    ("redirect_to_itself", response(301, loc(URL)), 0, ("bad_redirect", "redirect_loop", URL, Store.EXCHANGE, False)),
+    ("redirect_hops_exhausted", response(308, loc("/y")), CONF.fetch.max_redirect_hops,
+     ("bad_redirect", "too_many_redirects", "http://a.test/y", Store.EXCHANGE, False)),
+    ("redirect_filtered", response(302, loc(DEEP)), 0,
+     ("bad_redirect", "redirect_filtered:path_depth", DEEP, Store.EXCHANGE, False)),
+    ("multiple_choices_no_location", response(300), 0, ("bad_redirect", "bad_redirect", None, Store.EXCHANGE, False)),
+]
+
+
+@pytest.mark.parametrize("name, resp, hops, want", CASES, ids=[c[0] for c in CASES])
+def test_verdict(name, resp, hops, want):
+    v = classify(item(hops), resp, RULES)
+    r = v.row
+    assert (r.outcome, r.error_class, r.redirect_to, v.store, v.parse) == want
+    assert (r.url, r.host, r.status_code, r.fetch_time, r.redirect_hops) == (URL, "a.test", resp.status,
+                                                                             resp.started_at, hops)
+    if r.outcome == "redirect":
+        assert [(o.url, o.kind) for o in r.outlinks] == [(r.redirect_to, "redirect")]
+    else:
+        assert r.outlinks == []
+    if v.store is Store.EXCHANGE:
+        assert r.digest == payload_digest(resp.body) and r.content_length == len(resp.body)
+    elif v.store is Store.REVISIT:
+        assert r.digest == "sha1:OLD"
+    else:
+        assert r.digest is None and r.warc_filename is None
+
+
+def test_headers_kept_are_the_configured_ones_lower_case_and_arrow_safe():
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")
+    resp = response(200, [("Content-Type", "text/html; charset=ISO-8859-1"), ("X-Secret", "1"),
+                          ("ETag", '"e1"'), ("Server", bad)], HTML)
+    v = classify(item(), resp, RULES)
+    assert v.row.headers == {"content-type": "text/html; charset=ISO-8859-1", "etag": '"e1"', "server": "caf\ufffd"}
+    assert (v.row.etag, v.row.content_type, v.content_type) == ('"e1"', "text/html", "text/html; charset=ISO-8859-1")
+
+
+def test_outlink_admission_applies_to_the_canonical_too():
+    links = [Outlink(url=u, url_fp=fingerprint(u), kind=k) for u, k in
+             (("http://a.test/ok", "a"), (DEEP, "a"), (DEEP + "/c", "canonical"), ("http://a.test/c", "canonical"))]
+    kept, dropped = admitted(links, RULES)
+    assert [(o.url, o.kind) for o in kept] == [("http://a.test/ok", "a"), ("http://a.test/c", "canonical")]
+    assert dropped == 2
