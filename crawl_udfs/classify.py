@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Iterable
+from typing import Callable
 
 from crawl_udfs.config import Config
 from crawl_udfs.fetcher import FetchResponse
@@ -124,8 +124,7 @@ def redirect_error(item: FetchItem, target: str | None, rules: Rules) -> str | N
     return None if why is None else f"redirect_filtered:{why}"
 
 
-def admitted(outlinks: Iterable[Outlink], rules: Rules) -> tuple[list[Outlink], int]:
+def admitted(outlinks: list[Outlink], rules: Rules) -> tuple[list[Outlink], int]:
     """The outlinks URL admission lets through (canonical included), and how many it dropped."""
-    links = list(outlinks)
-    kept = [o for o in links if rules.refusal(o.url) is None]
-    return kept, len(links) - len(kept)
+    kept = [o for o in outlinks if rules.refusal(o.url) is None]
+    return kept, len(outlinks) - len(kept)

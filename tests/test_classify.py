@@ -101,3 +101,45 @@ def test_outlink_admission_applies_to_the_canonical_too():
     kept, dropped = admitted(links, RULES)
     assert [(o.url, o.kind) for o in kept] == [("http://a.test/ok", "a"), ("http://a.test/c", "canonical")]
     assert dropped == 2
+
+
+# -- robots.txt hops (crawl_udfs.robots_fetch.robots_step) -------------------------------------
+
+ROBOTS = "http://a.test/robots.txt"
+MAX_HOPS = CONF.fetch.max_redirect_hops
+
+
+def robots_response(status=200, headers=(), body=b"User-agent: *\nDisallow: /x\n", error_class=None):
+    r = response(status, headers, body, error_class)
+    r.url = ROBOTS
+    return r
+
+
+# name, response, hops already taken, expected: ("hop", next url, its hops) or ("done", status, body?)
+ROBOTS_CASES = [
+    ("rules", robots_response(200), 0, ("done", 200, True)),
+    ("missing", robots_response(404, body=b"no"), 0, ("done", 404, True)),
+    ("server_error", robots_response(503, body=b""), 0, ("done", 503, True)),
+    ("unreachable", robots_response(None, error_class="connect"), 0, ("done", None, False)),
+    ("redirect_same_host", robots_response(301, loc("/robots-real.txt")), 0,
+     ("hop", "http://a.test/robots-real.txt", 1)),
+    ("redirect_other_host", robots_response(302, loc("http://b.test:81/robots.txt")), 2,
+     ("hop", "http://b.test:81/robots.txt", 3)),
+    ("redirect_last_hop", robots_response(307, loc("/r")), MAX_HOPS - 1, ("hop", "http://a.test/r", MAX_HOPS)),
+    ("redirect_past_the_bound", robots_response(308, loc("/r")), MAX_HOPS, ("done", None, False)),
+    ("redirect_to_itself", robots_response(301, loc(ROBOTS)), 0, ("done", None, False)),
+    ("redirect_without_location", robots_response(301), 0, ("done", None, False)),
+    ("other_3xx", robots_response(300, loc("/r")), 0, ("done", None, False)),
+]
+
+
+@pytest.mark.parametrize("name, resp, hops, want", ROBOTS_CASES, ids=[c[0] for c in ROBOTS_CASES])
+def test_robots_step(name, resp, hops, want):
+    from crawl_udfs.robots_fetch import RobotsDone, RobotsFetch, robots_step
+
+    step = robots_step(RobotsFetch("a.test", ROBOTS, hops), resp, RULES.normalize, MAX_HOPS)
+    if want[0] == "hop":
+        assert isinstance(step, RobotsFetch) and (step.owner, step.url, step.hops) == ("a.test", *want[1:])
+    else:
+        assert isinstance(step, RobotsDone) and step.status == want[1]
+        assert step.body == (resp.body if want[2] else None)
