@@ -132,7 +132,7 @@ class PolitenessScheduler:
         self._enqueue(host, item, front=False)
 
     def add_front(self, host: str, item: Any) -> None:
-        """Put ``item`` at the head of ``host``'s FIFO (its robots.txt fetch)."""
+        """Put ``item`` at the head of ``host``'s FIFO (a robots.txt request, ahead of the pages)."""
         self._enqueue(host, item, front=True)
 
     def set_host(self, host: str, *, ip: str | None = None, crawl_delay: float | None = None,
