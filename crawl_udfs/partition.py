@@ -393,7 +393,7 @@ class _Task:
                 break
             status, body = resp.status, resp.body
             location = _header(resp.headers, "location")
-            if status in (301, 302, 303, 307, 308) and location and hops < self.conf.robots.max_redirects:
+            if status in (301, 302, 303, 307, 308) and location and hops < self.conf.fetch.max_redirect_hops:
                 target = self.normalizer.normalize(location, url)
                 if target is None or target == url:
                     status, body = None, None

@@ -15,7 +15,8 @@ from warcio.archiveiterator import ArchiveIterator
 from crawl_udfs import config
 from crawl_udfs.partition import NOT_SENT, fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult
-from crawl_udfs.url_normalize import fingerprint, host_of, normalize
+from crawl_udfs.url_normalize import fingerprint, host_of
+from tests.urls import normalize
 from tests.crawlloop import crawl
 from tests.summary import note
 from tests.testweb import TestWeb
@@ -37,7 +38,7 @@ def _conf(web, *extra):
         f'net.hosts_file="{web.hosts_file}"', 'net.allow_private_cidrs=["127.10.0.0/16"]',
         f"politeness.host_delay_s={DELAY}", f"fetch.task_budget_s={BUDGET}",
         f"fetch.total_timeout_s={TOTAL_TIMEOUT}", "fetch.first_byte_timeout_s=5", "fetch.max_body_bytes=1048576",
-        "robots.max_redirects=5", *extra])
+        "fetch.max_redirect_hops=5", *extra])
 
 
 @pytest.fixture(scope="module")
