@@ -173,6 +173,24 @@ def test_relations_between_keys():
     assert config.load(overrides=["politeness.backoff_base_s=700", "politeness.backoff_max_s=700"])
 
 
+def test_relations_hold_for_overlay_files_too(tmp_path):
+    overlay = tmp_path / "c.toml"
+    overlay.write_text("[schedule]\nretry_base_s = 7200.0\nretry_max_s = 3600.0\n")
+    with pytest.raises(config.ConfigError, match="schedule.retry_base_s"):
+        config.load([overlay])
+
+
+def test_the_defaults_file_itself_is_checked(tmp_path, monkeypatch):
+    """A bad value in conf/defaults.toml is refused too, not only one from --conf or --set."""
+    text = config.DEFAULTS_PATH.read_text()
+    assert "\nhost_delay_s = 1.0\n" in text
+    bad = tmp_path / "defaults.toml"
+    bad.write_text(text.replace("\nhost_delay_s = 1.0\n", "\nhost_delay_s = -1.0\n"))
+    monkeypatch.setattr(config, "DEFAULTS_PATH", bad)
+    with pytest.raises(config.ConfigError, match=r"politeness.host_delay_s: must be >= 0, got -1.0 \(from defaults.toml\)"):
+        config.load()
+
+
 @pytest.mark.parametrize("removed, replacement", sorted(config.REMOVED.items()))
 def test_removed_keys_name_their_replacement(removed, replacement, tmp_path):
     keys = {k for k, _ in _keys_with_comment_flags()}

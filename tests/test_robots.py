@@ -350,6 +350,14 @@ def test_module_allowed_matches_policy():
     assert allowed(body, "DeltaCrawl", "http://h/x", CONF) is False
 
 
+def test_module_allowed_reads_the_section_it_is_given():
+    """No hidden default: the caller's [robots] section (a --set reaches it) caps what is parsed."""
+    body = b"User-agent: *\nDisallow: /\nAllow: /public-area\n"
+    assert allowed(body, AGENT, "http://h/public-area", CONF) is True
+    cut = config.load(overrides=["robots.max_body_bytes=40"]).robots
+    assert allowed(body, AGENT, "http://h/public-area", cut) is False
+
+
 def test_url_forms():
     p = policy("User-agent: *\nDisallow: /x\n")
     assert not p.allowed("https://user:pw@h:8443/x?y#z") and not p.allowed("/x") and not p.allowed("x")

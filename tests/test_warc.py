@@ -588,6 +588,11 @@ def test_default_record_ids_are_urn_uuid():
     assert all(i.startswith("<urn:uuid:") and i.endswith(">") and len(i) == 47 for i in ids)
 
 
+def test_gzip_level_has_no_default_of_its_own():
+    with pytest.raises(TypeError):
+        warc.WarcRecordWriter(io.BytesIO(), warcinfo_fields=WARCINFO)  # type: ignore[call-arg]
+
+
 def test_gzip_level_from_config_changes_size_not_content(tmp_path):
     body = b"".join(b"<p>line %d of a page that repeats itself with small changes</p>\n" % i for i in range(4000))
     sizes, records = {}, {}
