@@ -2,9 +2,10 @@
 
 Guarantees, for every input string (never an exception):
 
-- :func:`normalize` returns either ``None`` (the crawler must not keep the URL:
-  not http/https, unparsable, bad or empty host, bad port, IDNA failure, or
-  longer than ``url.max_length``) or an ASCII ``http://`` / ``https://`` URL
+- :meth:`UrlNormalizer.normalize` (of the caller's ``[url]`` section) returns
+  either ``None`` (the crawler must not keep the URL: not http/https,
+  unparsable, bad or empty host, bad port, IDNA failure, or longer than
+  ``url.max_length``) or an ASCII ``http://`` / ``https://`` URL
   that is a fixed point: ``normalize(normalize(x)) == normalize(x)``.
 - Relative references resolve against ``base`` exactly as a browser does
   (WHATWG URL Standard, https://url.spec.whatwg.org/): tabs and newlines
