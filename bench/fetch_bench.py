@@ -363,7 +363,7 @@ def _proc_cpu_s(pid: int | None) -> float | None:
 
 def pick_urls(plan, n_hosts: int, k: int) -> list[str]:
     """The first ``n_hosts`` ordinary sites with ``k`` allowed HTML 200 pages: those pages' URLs, host by host."""
-    from crawl_udfs.url_normalize import normalize
+    from tests.urls import normalize
 
     urls: list[str] = []
     hosts = 0

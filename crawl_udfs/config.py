@@ -5,7 +5,13 @@ Guarantees:
   the code holds a second default. The type of a key is the type of its default.
 - Overlays (``--conf FILE.toml``) and overrides (``--set section.key=value``)
   may only name existing keys and must keep the key's type; anything else is a
-  :class:`ConfigError` with a one-line message.
+  :class:`ConfigError` with a one-line message. A key that was removed or
+  renamed names its replacement (:data:`REMOVED`).
+- Every value, default or not, meets the rule declared for its key in
+  :data:`crawl_udfs.config_rules.RULES` (range, list elements, enum), checked on every
+  load and override: a bad value is a one-line :class:`ConfigError` naming the
+  key, never a silently changed behaviour (a negative host delay once turned
+  politeness off).
 - The result is immutable and pickles, so the driver loads it once and ships it
   to Spark tasks.
 """
@@ -17,9 +23,18 @@ import tomllib
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-DEFAULTS_PATH = Path(
-    os.environ.get("DELTACRAWL_DEFAULTS", Path(__file__).resolve().parents[1] / "conf" / "defaults.toml")
-)
+from crawl_udfs import config_rules
+
+DEFAULTS_PATH = Path(__file__).resolve().parents[1] / "conf" / "defaults.toml"
+
+# Keys that no longer exist -> the key that now does their job (one table; an
+# overlay or --set naming one is refused with the replacement in the message).
+REMOVED = {
+    "inject.fetch_interval_s": "schedule.default_interval_s",
+    "filter.max_url_length": "url.max_length",
+    "robots.max_redirects": "fetch.max_redirect_hops",
+    "politeness.park_duration_s": "politeness.failure_park_duration_s",
+}
 
 
 class ConfigError(ValueError):
@@ -104,6 +119,7 @@ class Config:
             _set(data, key, _parse_value(value), source=f"--set {pair}")
         for key, value in dotted.items():
             _set(data, key.replace("__", "."), value, source=key)
+        check_relations(data)
         return Config(data)
 
 
@@ -138,6 +154,8 @@ def _same_type(default: Any, value: Any) -> bool:
 
 def _set(data: dict, dotted: str, value: Any, source: str) -> None:
     section, _, key = dotted.partition(".")
+    if dotted in REMOVED:
+        raise ConfigError(f"{dotted} was removed: use {REMOVED[dotted]} (from {source})")
     if section not in data or key not in data[section]:
         raise ConfigError(f"unknown configuration key {dotted!r} (from {source}); see conf/defaults.toml")
     default = data[section][key]
@@ -149,7 +167,25 @@ def _set(data: dict, dotted: str, value: Any, source: str) -> None:
         )
     if isinstance(default, float):
         value = float(value)
+    check_value(dotted, value, source)
     data[section][key] = value
+
+
+def check_value(dotted: str, value: Any, source: str) -> None:
+    """Raise a one-line :class:`ConfigError` naming the key when ``value`` breaks its rule."""
+    wrong = config_rules.problem(dotted, value)
+    if wrong is not None:
+        got = "" if isinstance(value, list) else f", got {value!r}"  # a list's bad element is named
+        raise ConfigError(f"configuration key {dotted}: {wrong}{got} (from {source})")
+
+
+def check_relations(data: Mapping[str, Mapping[str, Any]]) -> None:
+    """Raise a :class:`ConfigError` for the first broken rule between two keys."""
+    def get(dotted: str) -> Any:
+        section, _, key = dotted.partition(".")
+        return data[section][key]
+    for wrong in config_rules.relation_problems(get):
+        raise ConfigError(f"configuration: {wrong}")
 
 
 def _read_toml(path: Path) -> dict:
@@ -165,6 +201,9 @@ def _read_toml(path: Path) -> dict:
 def load(conf_files: Iterable[str | os.PathLike] = (), overrides: Iterable[str] = ()) -> Config:
     """Defaults, then each overlay file in order, then ``section.key=value`` overrides."""
     data = _read_toml(DEFAULTS_PATH)
+    for section, table in data.items():
+        for key, value in table.items():
+            check_value(f"{section}.{key}", value, source=DEFAULTS_PATH.name)
     for path in conf_files:
         overlay = _read_toml(Path(path))
         for section, table in overlay.items():
@@ -172,6 +211,7 @@ def load(conf_files: Iterable[str | os.PathLike] = (), overrides: Iterable[str] 
                 raise ConfigError(f"{path}: top-level key {section!r} must be a [section]")
             for key, value in table.items():
                 _set(data, f"{section}.{key}", value, source=str(path))
+    check_relations(data)
     config = Config(data)
     return config.with_overrides(*overrides) if overrides else config
 
@@ -180,7 +220,11 @@ _DEFAULT: Config | None = None
 
 
 def defaults() -> Config:
-    """The defaults file alone, loaded once per process."""
+    """The defaults file alone, loaded once per process: for tests and tools.
+
+    Library code never calls it: a function that needs a key takes its section
+    (or value) from the caller, so ``--conf`` and ``--set`` reach it.
+    """
     global _DEFAULT
     if _DEFAULT is None:
         _DEFAULT = load()

@@ -89,7 +89,7 @@ class AddressGuard:
 
     def __init__(self, allow_private_cidrs: Iterable[str] = ()):
         try:
-            self._allow = tuple(ipaddress.ip_network(c, strict=False) for c in allow_private_cidrs)
+            self._allow = tuple(ipaddress.ip_network(c) for c in allow_private_cidrs)
         except ValueError as e:
             raise ValueError(f"net.allow_private_cidrs: {e}") from None
         self._check_text = functools.lru_cache(maxsize=4096)(self._check)

@@ -63,13 +63,10 @@ from urllib.parse import quote, urlsplit
 
 from protego import Protego
 
-from crawl_udfs import config
 from crawl_udfs.config import Section
 
 log = logging.getLogger(__name__)
 
-# RFC 9309 §2.4: a cached robots.txt SHOULD NOT be used for more than 24 hours.
-_MAX_CACHE_S = 86400.0
 _EOL = re.compile(r"\r\n|\r|\n")
 _PARTIAL_BOMS = (b"\xef\xbb\xbf", b"\xef\xbb", b"\xef")
 # The product token of a User-agent value (RFC 9309 §2.2.1), as Google's parser reads it.
@@ -109,10 +106,13 @@ def robots_url(url: str) -> str:
     return f"{scheme}://{netloc}/robots.txt"
 
 
-def allowed(robots_body: bytes, agent: str, url: str) -> bool:
-    """Whether ``agent`` (a bare product token) may fetch ``url`` under this robots.txt body."""
+def allowed(robots_body: bytes, agent: str, url: str, robots_conf: Section) -> bool:
+    """Whether ``agent`` (a bare product token) may fetch ``url`` under this robots.txt body.
+
+    ``robots_conf`` is the ``[robots]`` section (its ``max_body_bytes`` caps what is parsed).
+    """
     try:
-        return RobotsPolicy.from_fetch(200, robots_body, 0.0, agent, config.defaults().robots).allowed(url)
+        return RobotsPolicy.from_fetch(200, robots_body, 0.0, agent, robots_conf).allowed(url)
     except Exception:  # never raise into the fetch loop; deny instead
         log.exception("robots: allowed() failed; denying %r", url)
         return False
@@ -159,7 +159,8 @@ class RobotsPolicy:
             values.update(state="disallow_all", unavailable=True, _rfc=None, _literal=None,
                           crawl_delay=None, sitemaps=())
             ttl = float(robots_conf.unavailable_ttl_s)
-        values["expires_at"] = values["fetched_at"] + min(max(ttl, 0.0), _MAX_CACHE_S)
+        # RFC 9309 §2.4 (at most 24 h) is the rule of robots.cache_ttl_s in crawl_udfs/config_rules.py
+        values["expires_at"] = values["fetched_at"] + ttl
         for key, value in values.items():
             object.__setattr__(self, key, value)
         return self

@@ -53,7 +53,6 @@ from itertools import islice
 import numpy as np
 import xxhash
 
-from crawl_udfs import config
 
 __all__ = ["EMPTY", "simhash", "hamming", "words"]
 
@@ -91,15 +90,9 @@ def _shingles(tokens: list[str], n: int):
     return map(" ".join, zip(*(islice(tokens, i, None) for i in range(n))))
 
 
-def simhash(text: str, shingle_words: int | None = None) -> int:
-    """The signed 64-bit SimHash of ``text``.
-
-    ``shingle_words`` is words per shingle; ``None`` reads
-    ``simhash.shingle_words`` from the defaults file (pass the task's
-    configured value in production).
-    """
-    n = config.defaults().simhash.shingle_words if shingle_words is None else shingle_words
-    n = max(1, int(n))
+def simhash(text: str, shingle_words: int) -> int:
+    """The signed 64-bit SimHash of ``text``; ``shingle_words`` (>= 1) is ``simhash.shingle_words``."""
+    n = int(shingle_words)
     tokens = words(text)
     if not tokens:
         return EMPTY

@@ -4,9 +4,9 @@ Guarantee: every outlink a fetch task returns has passed :meth:`UrlFilter.reason
 (None = keep); a rejected link is counted, never inserted, so a trap can only
 grow the frontier by the links that look like ordinary pages, and those are
 held by the per-host budgets. The rules are cheap string checks, applied to
-normalised URLs (so session ids and tracking parameters are already gone):
+normalised URLs (so session ids and tracking parameters are already gone, and
+no URL is longer than ``url.max_length``, the one length limit):
 
-- ``filter.max_url_length`` characters;
 - ``filter.max_path_segments`` path segments (ever-deeper paths);
 - a path segment repeated ``filter.max_segment_repeats`` + 1 times, or a run of
   segments repeating back to back (``/a/b/a/b/``), the pattern Nutch's default
@@ -26,7 +26,6 @@ from crawl_udfs.config import Section
 
 class UrlFilter:
     def __init__(self, filter_conf: Section):
-        self._max_len = int(filter_conf.max_url_length)
         self._max_segments = int(filter_conf.max_path_segments)
         self._max_repeats = int(filter_conf.max_segment_repeats)
         self._max_params = int(filter_conf.max_query_params)
@@ -34,8 +33,6 @@ class UrlFilter:
 
     def reason(self, url: str) -> str | None:
         """None when ``url`` (normalised) may enter the frontier, else the rule it breaks."""
-        if len(url) > self._max_len:
-            return "url_length"
         rest = url.split("://", 1)[-1]
         slash = rest.find("/")
         path_query = rest[slash:] if slash >= 0 else "/"

@@ -2,9 +2,10 @@
 
 Guarantees, for every input string (never an exception):
 
-- :func:`normalize` returns either ``None`` (the crawler must not keep the URL:
-  not http/https, unparsable, bad or empty host, bad port, IDNA failure, or
-  longer than ``url.max_length``) or an ASCII ``http://`` / ``https://`` URL
+- :meth:`UrlNormalizer.normalize` (of the caller's ``[url]`` section) returns
+  either ``None`` (the crawler must not keep the URL: not http/https,
+  unparsable, bad or empty host, bad port, IDNA failure, or longer than
+  ``url.max_length``) or an ASCII ``http://`` / ``https://`` URL
   that is a fixed point: ``normalize(normalize(x)) == normalize(x)``.
 - Relative references resolve against ``base`` exactly as a browser does
   (WHATWG URL Standard, https://url.spec.whatwg.org/): tabs and newlines
@@ -40,7 +41,7 @@ from typing import Any
 import xxhash
 from ada_url import URL, idna, join_url
 
-from crawl_udfs.config import ConfigError, Section
+from crawl_udfs.config import Section
 
 __all__ = ["UrlNormalizer", "CachedNormalizer", "normalize", "fingerprint", "host_of"]
 
@@ -51,7 +52,6 @@ _HEXDIGITS = frozenset("0123456789ABCDEFabcdef")
 # its trailing dot may become an IPv4 address; a path losing ";jsessionid=" may
 # expose a ".." segment) is followed by a re-parse; two are always enough.
 _MAX_PASSES = 3
-_QUERY_ORDERS = ("keep", "sort")
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -121,11 +121,8 @@ class UrlNormalizer:
     __slots__ = ("max_length", "sort_query", "query_drop", "path_drop")
 
     def __init__(self, url_conf: Section):
-        order = url_conf.query_order
-        if order not in _QUERY_ORDERS:
-            raise ConfigError(f"url.query_order must be one of {_QUERY_ORDERS}, got {order!r}")
         self.max_length: int = url_conf.max_length
-        self.sort_query: bool = order == "sort"
+        self.sort_query: bool = url_conf.query_order == "sort"  # "keep" or "sort" (crawl_udfs/config_rules.py)
         self.query_drop = _NameSet(tuple(url_conf.tracking_params) + tuple(url_conf.session_params))
         self.path_drop = _NameSet(url_conf.session_params)
 
@@ -268,19 +265,6 @@ class CachedNormalizer:
             return base[:authority] if url[1:2] != "/" else base
         query = base.find("?")
         return "\x00" + base[: base.rfind("/", 0, query if query >= 0 else len(base)) + 1]
-
-
-_DEFAULT: UrlNormalizer | None = None
-
-
-def normalize(url: str, base: str | None = None) -> str | None:
-    """:meth:`UrlNormalizer.normalize` with the defaults file's ``[url]`` section."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        from crawl_udfs import config
-
-        _DEFAULT = UrlNormalizer(config.defaults().url)
-    return _DEFAULT.normalize(url, base)
 
 
 def fingerprint(normalized: str) -> int:

@@ -186,10 +186,10 @@ def _fields_block(fields: Mapping[str, str]) -> bytes:
 class WarcRecordWriter:
     """Writes WARC records to a binary stream it is given; counts offsets itself (no ``tell``)."""
 
-    def __init__(self, stream: BinaryIO, *, warcinfo_fields: Mapping[str, str],
+    def __init__(self, stream: BinaryIO, *, warcinfo_fields: Mapping[str, str], gzip_level: int,
                  record_id_fn: Callable[[], str] | None = None,
-                 now_fn: Callable[[], float] | None = None, gzip_level: int = zlib.Z_DEFAULT_COMPRESSION):
-        """``gzip_level`` is zlib's 0-9 (-1: zlib's default, 6); a fetch task passes ``warc.gzip_level``."""
+                 now_fn: Callable[[], float] | None = None):
+        """``gzip_level`` is ``warc.gzip_level`` (zlib's 0-9), passed by whoever holds the configuration."""
         self._stream = stream
         self._level = gzip_level
         self._fields = dict(warcinfo_fields)

@@ -14,7 +14,7 @@ of each are returned; neither is fatal.
 
 The survivors, deduplicated by ``url_fp``, are MERGEd into ``crawldb``
 insert-if-absent: status ``unfetched``, depth 0, score ``inject.score``, due now,
-``fetch_interval_s = inject.fetch_interval_s``, rounds 0, counters 0. A URL
+``fetch_interval_s = schedule.default_interval_s``, rounds 0, counters 0. A URL
 already in the crawl DB is left alone, unless ``boost`` is given: then its score
 is raised to at least ``boost`` and it is made due now
 (``next_fetch_time = least(next_fetch_time, now)``); its status is kept, so a
@@ -138,7 +138,7 @@ def run(spark, conf: Config, sources: list[str], *, boost: float | None = None, 
         examples = [{"line": r.raw, "reason": r.reason}
                     for r in seeds.where("reason IS NOT NULL").limit(EXAMPLES).collect()]
         if counts["inserted"] or counts["boosted"]:
-            source = new_rows(seeds, now=now, score=score, fetch_interval_s=conf.inject.fetch_interval_s)
+            source = new_rows(seeds, now=now, score=score, fetch_interval_s=conf.schedule.default_interval_s)
             _merge(spark, conf, source, boost=boost, now=now)
     finally:
         seeds.unpersist()

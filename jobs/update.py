@@ -189,7 +189,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     writes each to Parquet and reads it back, see :func:`_staged`; a test may
     pass ``DataFrame.persist``): without it every use recomputes its whole lineage.
     """
-    park = conf.politeness.park_duration_s
+    park = conf.politeness.failure_park_duration_s
     prepared = keep(T.prepare(fetch_output, fetch_list, crawldb))
     nxt = T.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)

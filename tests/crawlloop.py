@@ -17,7 +17,8 @@ from pathlib import Path
 from crawl_udfs.config import Config
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState
-from crawl_udfs.url_normalize import fingerprint, host_of, normalize
+from crawl_udfs.url_normalize import fingerprint, host_of
+from tests.urls import normalize
 
 
 @dataclass

@@ -173,6 +173,8 @@ def test_guard_allow_list():
     assert guard.check("8.8.8.8")  # public stays allowed
     with pytest.raises(ValueError, match="allow_private_cidrs"):
         AddressGuard(["10.0.0.0/33"])
+    with pytest.raises(ValueError, match="host bits set"):  # never silently widened to 10.0.0.0/8
+        AddressGuard(["10.1.2.3/8"])
 
 
 def test_resolver_returns_only_guarded_addresses(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs.partition import NOT_SENT
-from crawl_udfs.url_normalize import normalize
+from tests.urls import normalize
 from jobs import cli, common
 from tests.summary import note
 from tests.testweb import TestWeb

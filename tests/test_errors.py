@@ -41,6 +41,11 @@ def assert_one_clear_line(rc: int, lines: list[str], *words: str) -> str:
     (["--set", "politeness.host_delay_s=abc"], ["politeness.host_delay_s", "float", "'abc'"]),
     (["--set", "no_equals_sign"], ["section.key=value"]),
     (["--conf", "/nonexistent/deltacrawl.toml"], ["not found", "/nonexistent/deltacrawl.toml"]),
+    (["--set", "politeness.host_delay_s=-1"], ["politeness.host_delay_s", "must be >= 0", "-1.0"]),
+    (["--set", 'net.allow_private_cidrs=["10.1.2.3/8"]'], ["net.allow_private_cidrs", "'10.1.2.3/8'",
+                                                           "host bits set"]),
+    (["--set", "inject.fetch_interval_s=60"], ["inject.fetch_interval_s was removed",
+                                               "use schedule.default_interval_s"]),
 ])
 def test_bad_configuration_is_one_line_and_exit_2(args, words):
     rc, lines = run([*args, "status"])
@@ -59,6 +64,11 @@ def test_invalid_toml_and_unknown_key_in_a_file(tmp_path):
     rc, lines = run(["--conf", str(unknown), "status"])
     assert rc == 2
     assert_one_clear_line(rc, lines, "politeness.host_delay", str(unknown))
+    removed = tmp_path / "removed.toml"
+    removed.write_text("[robots]\nmax_redirects = 3\n")
+    rc, lines = run(["--conf", str(removed), "status"])
+    assert rc == 2
+    assert_one_clear_line(rc, lines, "robots.max_redirects was removed: use fetch.max_redirect_hops", str(removed))
 
 
 def test_java_home_pointing_nowhere(tmp_path):

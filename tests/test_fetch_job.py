@@ -18,7 +18,8 @@ from warcio.archiveiterator import ArchiveIterator
 from crawl_udfs import config
 from crawl_udfs.partition import NOT_SENT
 from crawl_udfs.rows import FetchResult, HostResult, Outlink
-from crawl_udfs.url_normalize import fingerprint, host_of, normalize
+from crawl_udfs.url_normalize import fingerprint, host_of
+from tests.urls import normalize
 from jobs import common, fetch, ledger, warc_staging
 from schemas.tables import FETCH_LIST, HOSTS
 from tests.testweb import TestWeb

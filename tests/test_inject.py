@@ -91,7 +91,7 @@ def test_inject_file_twice_changes_nothing(spark, conf, tmp_path):
     a = db["http://a.test/"]
     assert (a["status"], a["depth"], a["score"], a["next_fetch_time"], a["first_seen"]) == \
         ("unfetched", 0, conf.inject.score, NOW, NOW)
-    assert a["fetch_interval_s"] == conf.inject.fetch_interval_s and a["url_fp"] == fingerprint("http://a.test/")
+    assert a["fetch_interval_s"] == conf.schedule.default_interval_s and a["url_fp"] == fingerprint("http://a.test/")
 
     commits = _commits(conf)
     again = inject.run(spark, conf, [str(seeds), "https://d.test/"], now=LATER)

@@ -15,7 +15,8 @@ from warcio.archiveiterator import ArchiveIterator
 from crawl_udfs import config
 from crawl_udfs.partition import NOT_SENT, fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult
-from crawl_udfs.url_normalize import fingerprint, host_of, normalize
+from crawl_udfs.url_normalize import fingerprint, host_of
+from tests.urls import normalize
 from tests.crawlloop import crawl
 from tests.summary import note
 from tests.testweb import TestWeb

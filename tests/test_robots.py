@@ -63,7 +63,7 @@ def test_google_conformance_suite():
     assert (len(cases), len(standard), len(google)) == (400, 378, 22)
 
     with no_robots_errors():
-        results = [(c, allowed(c.robotstxt, c.useragent, c.testurl)) for c in cases]
+        results = [(c, allowed(c.robotstxt, c.useragent, c.testurl, CONF)) for c in cases]
     std_failed = {(c.file, c.useragent, c.testurl) for c, got in results
                   if not c.google_specific and got != c.expected_allowed}
     g_passed = sum(1 for c, got in results if c.google_specific and got == c.expected_allowed)
@@ -126,9 +126,12 @@ def test_expiry_from_config_and_capped_at_24h():
     assert policy(BODY, 200, conf).expires_at == T0 + 600
     assert policy(BODY, 404, conf).expires_at == T0 + 600
     assert policy(BODY, 503, conf).expires_at == T0 + 120
-    long = config.load(overrides=["robots.cache_ttl_s=172800", "robots.unavailable_ttl_s=172800"]).robots
-    assert policy(BODY, 200, long).expires_at == T0 + 86400
-    assert policy(BODY, None, long).expires_at == T0 + 86400
+    day = config.load(overrides=["robots.cache_ttl_s=86400", "robots.unavailable_ttl_s=86400"]).robots
+    assert policy(BODY, 200, day).expires_at == T0 + 86400
+    assert policy(BODY, None, day).expires_at == T0 + 86400
+    for key in ("robots.cache_ttl_s", "robots.unavailable_ttl_s"):  # RFC 9309 §2.4: never trusted past 24 h
+        with pytest.raises(config.ConfigError, match=key):
+            config.load(overrides=[f"{key}=86400.5"])
     p = policy(BODY, 200, conf)
     assert p.is_fresh(T0) and p.is_fresh(T0 + 599.9) and not p.is_fresh(T0 + 600)
 
@@ -342,9 +345,17 @@ def test_lenient_field_spellings():
 
 def test_module_allowed_matches_policy():
     body = b"User-agent: deltacrawl\nDisallow: /x\n"
-    assert allowed(body, AGENT, "http://h/x") is False
-    assert allowed(body, AGENT, "http://h/y") is True
-    assert allowed(body, "DeltaCrawl", "http://h/x") is False
+    assert allowed(body, AGENT, "http://h/x", CONF) is False
+    assert allowed(body, AGENT, "http://h/y", CONF) is True
+    assert allowed(body, "DeltaCrawl", "http://h/x", CONF) is False
+
+
+def test_module_allowed_reads_the_section_it_is_given():
+    """No hidden default: the caller's [robots] section (a --set reaches it) caps what is parsed."""
+    body = b"User-agent: *\nDisallow: /\nAllow: /public-area\n"
+    assert allowed(body, AGENT, "http://h/public-area", CONF) is True
+    cut = config.load(overrides=["robots.max_body_bytes=40"]).robots
+    assert allowed(body, AGENT, "http://h/public-area", cut) is False
 
 
 def test_url_forms():
@@ -382,7 +393,7 @@ def test_last_resort_handlers_deny(monkeypatch, caplog):
     monkeypatch.setattr(robots, "_parse", broken)
     p = policy(BODY)
     assert (p.state, p.unavailable, p.expires_at) == ("disallow_all", True, T0 + CONF.unavailable_ttl_s)
-    assert not p.allowed("http://h/public") and allowed(BODY.encode(), AGENT, "http://h/public") is False
+    assert not p.allowed("http://h/public") and allowed(BODY.encode(), AGENT, "http://h/public", CONF) is False
     assert "boom" in caplog.text
     monkeypatch.setattr(robots, "_path_query", broken)
     assert policy(b"", 404).allowed("http://h/x") is False
@@ -406,7 +417,7 @@ AGENTS = st.one_of(st.sampled_from([AGENT, "*", "", "a", "AB42bot", "ab", "delta
 @given(body=BODIES, agent=AGENTS, url=URLS)
 def test_allowed_never_raises(body, agent, url):
     with no_robots_errors():
-        result = allowed(body, agent, url)
+        result = allowed(body, agent, url, CONF)
     assert isinstance(result, bool)
 
 
@@ -447,7 +458,7 @@ def test_ten_megabyte_body_is_fast(name, body):
         result = p.allowed("http://h/" + "ab" * 200)
         policy_s = time.perf_counter() - start
         start = time.perf_counter()
-        assert isinstance(allowed(body, AGENT, "http://h/aaaa"), bool)
+        assert isinstance(allowed(body, AGENT, "http://h/aaaa", CONF), bool)
         module_s = time.perf_counter() - start
     assert isinstance(result, bool) and len(p.body) <= CONF.max_body_bytes
     assert policy_s < 5.0 and module_s < 5.0, f"{name}: {policy_s:.2f} s, {module_s:.2f} s"

@@ -110,19 +110,21 @@ def test_matches_the_bitwise_reference(n):
 
 def test_empty_and_wordless_text_is_the_constant():
     for t in ("", "   ", "--- !!! ...", "\n\t"):
-        assert sh.simhash(t) == sh.EMPTY == 0
+        assert sh.simhash(t, N) == sh.EMPTY == 0
 
 
 def test_signed_64_bit_and_deterministic():
-    values = [sh.simhash(text(s)) for s in range(30)]
+    values = [sh.simhash(text(s), N) for s in range(30)]
     assert all(-(2**63) <= v < 2**63 for v in values)
     assert any(v < 0 for v in values) and any(v > 0 for v in values)
-    assert values == [sh.simhash(text(s)) for s in range(30)]
+    assert values == [sh.simhash(text(s), N) for s in range(30)]
 
 
-def test_default_reads_config():
+def test_shingle_size_is_the_callers():
+    """No hidden default: the caller passes simhash.shingle_words (a --set reaches it)."""
     t = text(3)
-    assert sh.simhash(t) == sh.simhash(t, N)
+    with pytest.raises(TypeError):
+        sh.simhash(t)  # type: ignore[call-arg]
     assert sh.simhash(t, 1) != sh.simhash(t, 4)
 
 
@@ -135,8 +137,8 @@ def test_tokens_case_digits_and_unspaced_scripts():
     assert sh.words("Hello, WORLD! 2024-03-12 at 10:31 3rd") == ["hello", "world", "#", "#", "#", "at", "#", "#", "3rd"]
     assert sh.words("東京タワーabc") == ["東", "京", "タ", "ワ", "ー", "abc"]
     assert sh.words("naïve Straße ÉTÉ") == ["naïve", "straße", "été"]
-    assert sh.simhash("Updated 12 March 2024, 10:31") == sh.simhash("Updated 14 March 2025, 08:02")
-    sh.simhash("\ud800 lone surrogate \udfff")  # must not raise
+    assert sh.simhash("Updated 12 March 2024, 10:31", N) == sh.simhash("Updated 14 March 2025, 08:02", N)
+    sh.simhash("\ud800 lone surrogate \udfff", N)  # must not raise
 
 
 def test_hamming():
@@ -144,7 +146,7 @@ def test_hamming():
     assert sh.hamming(0, -1) == 64
     assert sh.hamming(-1, 2**64 - 1) == 0  # signed and unsigned spellings of one value
     assert sh.hamming(0b1011, 0b0001) == 2
-    a, b = sh.simhash(text(1)), sh.simhash(text(2))
+    a, b = sh.simhash(text(1), N), sh.simhash(text(2), N)
     assert sh.hamming(a, b) == sh.hamming(b, a)
 
 
@@ -205,23 +207,23 @@ def test_same_article_in_different_boilerplate_is_a_near_duplicate():
         assert a == expected  # <main>/<article>, boilerplate dropped by tag and class
         assert b == expected  # no semantic tags: the block heuristic
         assert p == expected  # print version: the trailing short line is not content
-        assert sh.hamming(sh.simhash(a), sh.simhash(b)) <= K
-        assert sh.hamming(sh.simhash(a), sh.simhash(p)) <= K
+        assert sh.hamming(sh.simhash(a, N), sh.simhash(b, N)) <= K
+        assert sh.hamming(sh.simhash(a, N), sh.simhash(p, N)) <= K
 
 
 def test_changed_timestamp_line_is_a_near_duplicate():
     t = text(21)
     one = "Last updated: 12 March 2024 at 10:31\n" + t
     two = "Last updated: 14 March 2024 at 16:47\n" + t
-    assert sh.hamming(sh.simhash(one), sh.simhash(two)) == 0  # digits fold to '#'
+    assert sh.hamming(sh.simhash(one, N), sh.simhash(two, N)) == 0  # digits fold to '#'
     three = "Last updated: 4 April 2024 at 16:47\n" + t
-    assert sh.hamming(sh.simhash(one), sh.simhash(three)) <= K
+    assert sh.hamming(sh.simhash(one, N), sh.simhash(three, N)) <= K
 
 
 def test_print_version_text_is_a_near_duplicate():
     t = text(22)
     printed = "Headline of the story\n" + t + "\nPrinted from www.example.com"
-    assert sh.hamming(sh.simhash("Headline of the story\n" + t), sh.simhash(printed)) <= K
+    assert sh.hamming(sh.simhash("Headline of the story\n" + t, N), sh.simhash(printed, N)) <= K
 
 
 def test_near_duplicate_recall_and_separation_over_many_articles():
@@ -233,15 +235,15 @@ def test_near_duplicate_recall_and_separation_over_many_articles():
         "one word": lambda t: (t, t.replace(" the ", " a ", 1)),
     }
     for name, edit in edits.items():
-        hits = sum(sh.hamming(*(sh.simhash(x) for x in edit(t))) <= K for t in texts)
+        hits = sum(sh.hamming(*(sh.simhash(x, N) for x in edit(t))) <= K for t in texts)
         assert hits >= 0.7 * len(texts), (name, hits)
-    hashes = [sh.simhash(t) for t in texts]
+    hashes = [sh.simhash(t, N) for t in texts]
     distances = [sh.hamming(a, b) for a, b in itertools.combinations(hashes, 2)]
     assert min(distances) > 3 * K  # different articles: far above k (mean ~30 bits)
 
 
 def test_different_articles_are_far_apart():
-    hashes = [sh.simhash(text(s)) for s in range(1, 9)]
+    hashes = [sh.simhash(text(s), N) for s in range(1, 9)]
     for (i, a), (j, b) in itertools.combinations(enumerate(hashes), 2):
         words_i, words_j = set(text(i + 1).lower().split()), set(text(j + 1).lower().split())
         assert len(words_i & words_j) / len(words_i | words_j) < 0.3  # really different texts
@@ -255,12 +257,12 @@ def test_speed_400_words_and_5_mb():
     t = text(5)
     start = time.perf_counter()
     for _ in range(200):
-        sh.simhash(t)
+        sh.simhash(t, N)
     per_page = (time.perf_counter() - start) / 200
     assert per_page < 0.01  # measured ~0.3 ms; generous for a loaded 2-core machine
     big = (t + "\n") * (5_000_000 // len(t))
     start = time.perf_counter()
-    assert sh.simhash(big) != 0
+    assert sh.simhash(big, N) != 0
     assert time.perf_counter() - start < 10  # measured ~1 s for 5 MB
 
 

@@ -26,7 +26,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from crawl_udfs import config
-from crawl_udfs.url_normalize import normalize
+from tests.urls import normalize
 from jobs import cli, common, inject, rounds
 from tests.summary import note
 from tests.testweb import TestWeb

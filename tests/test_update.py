@@ -24,7 +24,7 @@ CONF = config.load(overrides=[
     "schedule.default_interval_s=86400.0", "schedule.gone_interval_s=1000000.0",
     "schedule.redirect_perm_interval_s=500000.0", "schedule.duplicate_interval_s=700000.0",
     "schedule.robots_denied_interval_s=200000.0", "schedule.retry_base_s=3600.0", "schedule.retry_max_s=20000.0",
-    "schedule.max_retries=5", "politeness.park_duration_s=7200.0", "budget.max_pages_per_host=12",
+    "schedule.max_retries=5", "politeness.failure_park_duration_s=7200.0", "budget.max_pages_per_host=12",
     "scope.max_depth=2", 'scope.deny_hosts=["^evil\\\\."]'])
 
 

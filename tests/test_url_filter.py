@@ -12,7 +12,7 @@ F = UrlFilter(config.defaults().filter)
     ("http://a.test/", None),
     ("http://a.test/news/2024/story.html?id=7&page=2", None),
     ("http://a.test/a/b/a/x.html", None),                      # a segment twice is still fine (max 2)
-    ("http://a.test/" + "x" * 600, "url_length"),
+    ("http://a.test/" + "x" * 600, None),                      # length is url.max_length's (the normaliser)
     ("http://a.test/" + "/".join("abcdefghijk"), "path_depth"),
     ("http://a.test/a/x/a/y/a/z", "repeated_segment"),         # one segment three times
     ("http://a.test/a/b/a/b/", "repeated_segment"),            # a run repeating back to back

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from crawl_udfs import config
 from crawl_udfs.config import ConfigError
-from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, fingerprint, host_of, normalize
+from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, fingerprint, host_of
+from tests.urls import normalize
 
 WPT_DATA = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "wpt-url" / "urltestdata.json"
 

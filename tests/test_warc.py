@@ -31,9 +31,12 @@ def _ids():
     return lambda: f"<urn:uuid:00000000-0000-4000-8000-{next(counter):012d}>"
 
 
+GZIP_LEVEL = config.defaults().warc.gzip_level
+
+
 def _writer(buf, **kw):
-    return warc.WarcRecordWriter(buf, warcinfo_fields=kw.pop("fields", WARCINFO), record_id_fn=_ids(),
-                                 now_fn=lambda: 1700000000.0, **kw)
+    return warc.WarcRecordWriter(buf, warcinfo_fields=kw.pop("fields", WARCINFO), gzip_level=GZIP_LEVEL,
+                                 record_id_fn=_ids(), now_fn=lambda: 1700000000.0, **kw)
 
 
 def _exchange(**kw) -> warc.HttpExchange:
@@ -579,10 +582,15 @@ def test_warcinfo_fields_from_config():
 
 def test_default_record_ids_are_urn_uuid():
     buf = io.BytesIO()
-    w = warc.WarcRecordWriter(buf, warcinfo_fields=WARCINFO)
+    w = warc.WarcRecordWriter(buf, warcinfo_fields=WARCINFO, gzip_level=GZIP_LEVEL)
     ids = {w.write_warcinfo("t.warc.gz"), w.write_exchange(_exchange()).record_id}
     assert len(ids) == 2
     assert all(i.startswith("<urn:uuid:") and i.endswith(">") and len(i) == 47 for i in ids)
+
+
+def test_gzip_level_has_no_default_of_its_own():
+    with pytest.raises(TypeError):
+        warc.WarcRecordWriter(io.BytesIO(), warcinfo_fields=WARCINFO)  # type: ignore[call-arg]
 
 
 def test_gzip_level_from_config_changes_size_not_content(tmp_path):
