@@ -150,6 +150,7 @@ RULES: dict[str, Check] = {
     "fetch.arrow_batch_rows": COUNT,
     "net.hosts_file": ANY,
     "net.allow_private_cidrs": each(_string(_network)),
+    "net.dns_concurrency": COUNT,
     "url.max_length": COUNT,
     "url.query_order": one_of("keep", "sort"),
     "url.tracking_params": PARAM_NAMES,
