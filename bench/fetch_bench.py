@@ -146,7 +146,7 @@ class _Timers:
 
     TARGETS = (("_classify (all work after the body)", "crawl_udfs.partition", "_Task", "_classify"),
                ("parse", "crawl_udfs.partition", None, "parse"),
-               ("url_filter.reason", "crawl_udfs.url_filter", "UrlFilter", "reason"),
+               ("admission.reason", "crawl_udfs.admission", "Admission", "reason"),
                ("simhash", "crawl_udfs.partition", None, "simhash"),
                ("payload_digest", "crawl_udfs.partition", None, "payload_digest"),
                ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"))

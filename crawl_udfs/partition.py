@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import functools
 import logging
 import math
 import os
@@ -62,6 +61,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol
 
+from crawl_udfs.admission import Admission
 from crawl_udfs.config import Config
 from crawl_udfs.fetcher import Fetcher, FetchResponse, new_event_loop
 from crawl_udfs.parser import parse
@@ -70,7 +70,6 @@ from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outco
 from crawl_udfs.scheduler import PolitenessScheduler
 from crawl_udfs.signatures import payload_digest
 from crawl_udfs.simhash import simhash
-from crawl_udfs.url_filter import UrlFilter
 from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, fingerprint
 from crawl_udfs.warc import HttpExchange, RollingWarcWriter
 
@@ -151,9 +150,7 @@ class _Task:
         self.normalizer = UrlNormalizer(conf.url)
         # Outlinks repeat from page to page of a site (menus, footers): normalise and filter each once.
         self.link_normalizer = CachedNormalizer(self.normalizer, conf.parse.link_cache_entries)
-        self.url_filter = UrlFilter(conf.filter)
-        # Outlinks repeat too: UrlFilter.reason remembered per URL, bounded like the link cache.
-        self._filter_reason = functools.lru_cache(conf.parse.link_cache_entries)(self.url_filter.reason)
+        self.admission = Admission(conf)
         self.sched = PolitenessScheduler(conf.politeness, clock=clock.now)
         self.results: dict[int, FetchResult] = {}   # id(item) -> result (written by parse threads too)
         self.pool: ThreadPoolExecutor | None = None
@@ -528,7 +525,8 @@ class _Task:
                 r.error_class = "redirect_loop"
             elif item.redirect_hops + 1 > self.conf.fetch.max_redirect_hops:
                 r.error_class = "too_many_redirects"
-            elif (why := self.url_filter.reason(target)) is not None:
+            elif (why := self.admission.reason(target, kind="redirect", source_host=item.host,
+                                               parent_depth=item.depth)) is not None:
                 r.error_class = f"redirect_filtered:{why}"
             else:
                 r.outlinks = [Outlink(url=target, url_fp=fingerprint(target), kind="redirect")]
@@ -543,7 +541,8 @@ class _Task:
         r.title = parsed.title
         r.canonical = parsed.canonical
         r.noindex, r.nofollow = parsed.noindex, parsed.nofollow
-        r.outlinks = [o for o in parsed.outlinks if o.kind == "canonical" or self._filter_reason(o.url) is None]
+        r.outlinks = [o for o in parsed.outlinks if self.admission.reason(
+            o.url, kind=o.kind, source_host=item.host, parent_depth=item.depth) is None]
         r.outlinks_filtered = len(parsed.outlinks) - len(r.outlinks)
         if parsed.is_html and parsed.main_text.strip():
             r.simhash = simhash(parsed.main_text, self.conf.simhash.shingle_words)

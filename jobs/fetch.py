@@ -174,7 +174,7 @@ def output_columns(results: Iterable[FetchResult | HostResult], round_no: int, p
             if name in values:
                 v = values[name]
             elif name == "outlinks":
-                v = [{"url": o.url, "url_fp": o.url_fp, "kind": o.kind, "nofollow": o.nofollow}
+                v = [{"url": o.url, "url_fp": o.url_fp, "kind": o.kind, "nofollow": o.nofollow, "host": o.host}
                      for o in r.outlinks] if page else None
             elif name == "warc_staging":
                 v = staging if page and r.warc_filename else None

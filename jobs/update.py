@@ -71,8 +71,9 @@ New URLs: the outlinks of the round's pages (kinds a, area, frame, iframe,
 canonical, redirect). Dropped: nofollow links unless ``parse.follow_nofollow``
 (redirect and canonical targets are never dropped for nofollow: they name the
 same document, and a canonical target is the copy the site wants crawled, so it
-IS inserted); links outside ``[scope]`` (max_depth, allow_hosts/deny_hosts,
-same_host_only). depth = parent's + 1 (redirect/canonical: parent's); score =
+IS inserted). The fetch task already dropped every URL the admission rules
+reject (``crawl_udfs/admission.py``: ``[filter]`` and ``[scope]``), so update
+applies none of them again. depth = parent's + 1 (redirect/canonical: parent's); score =
 parent's × ``scope.score_decay`` / the parent's followed links (redirect and
 canonical: parent's score); status unfetched, due at ``now``; one row per url_fp
 (smallest depth, largest score); inserted only when absent — a known URL is

@@ -144,6 +144,7 @@ OUTLINK = StructType([
     _f("url_fp", LongType(), True, ""),
     _f("kind", StringType(), True, ""),
     _f("nofollow", BooleanType(), True, ""),
+    _f("host", StringType(), True, ""),
 ])
 
 #: The round's fetch list (segment), one row per URL to fetch; written by generate.
