@@ -536,8 +536,12 @@ def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhauste
 
 # -- 7. appends ---------------------------------------------------------------------------------
 def fetch_log_rows(prepared: DataFrame, updated: DataFrame, *, round_no: int) -> DataFrame:
-    """One FETCH_LOG row per page row except deferred and not_attempted ones (never tried)."""
-    ch = updated.select("url_fp", F.col(_CHANGED).alias("changed"))
+    """One FETCH_LOG row per page row except deferred and not_attempted ones (never tried).
+
+    ``updated`` is :func:`mark_duplicates`' result: ``dup_of`` is the decision that
+    sets ``crawldb.dup_of``, kept per capture, so the export's ``duplicate_of`` of
+    every capture is update's decision (the crawl DB keeps only the latest)."""
+    ch = updated.select("url_fp", F.col(_CHANGED).alias("changed"), "dup_of")
     p = prepared.where(F.col(_CAT) != KEEP).join(ch, "url_fp", "left")
     p = (p.withColumn("round", F.lit(int(round_no)).cast("long"))
          .withColumn("n_outlinks", F.when(F.col("outlinks").isNull(), 0).otherwise(F.size("outlinks"))))

@@ -115,6 +115,7 @@ FETCH_LOG = StructType([
     _f("warc_record_id", StringType(), True, ""),
     _f("error_message", StringType(), True, ""),
     _f("url", StringType(), False, ""),
+    _f("dup_of", LongType(), True, "url_fp of the original when update marked this capture a duplicate"),
 ])
 
 LINKS = StructType([
