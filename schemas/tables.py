@@ -135,7 +135,7 @@ ROUNDS = StructType([
     _f("fetched_at", TimestampType(), True, ""),
     _f("updated_at", TimestampType(), True, ""),
     _f("n_partitions", IntegerType(), True, "fetch partitions of the round"),
-    _f("counts", MapType(StringType(), LongType()), True, "declared counters (see jobs.report.COUNTERS)"),
+    _f("counts", MapType(StringType(), LongType()), True, "declared counters (schemas.counters.COUNTERS)"),
     _f("seconds", MapType(StringType(), DoubleType()), True, "time spent per verb"),
 ])
 
