@@ -84,16 +84,14 @@ class Admission:
         # Outlinks repeat on every page of a site (menus, footers): remember verdicts, bounded
         # like the task's link cache.
         self._cache_entries = int(conf.parse.link_cache_entries)
-        self._trap_reason = functools.lru_cache(self._cache_entries)(self._trap_rules)
-        self._host_reason = functools.lru_cache(self._cache_entries)(self._host_rules)
+        self._facts = functools.lru_cache(self._cache_entries)(self._url_facts)
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k not in ("_trap_reason", "_host_reason")}
+        return {k: v for k, v in self.__dict__.items() if k != "_facts"}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._trap_reason = functools.lru_cache(self._cache_entries)(self._trap_rules)
-        self._host_reason = functools.lru_cache(self._cache_entries)(self._host_rules)
+        self._facts = functools.lru_cache(self._cache_entries)(self._url_facts)
 
     def reason(self, url: str, *, kind: str = SEED, source_host: str | None = None,
                parent_depth: int = 0) -> str | None:
@@ -102,17 +100,21 @@ class Admission:
         ``kind`` is ``seed`` or an outlink kind; ``source_host`` and ``parent_depth``
         describe the page the URL was found on (unused for a seed).
         """
-        why = self._trap_reason(url)
-        if why is not None:
-            return why
-        host = host_of(url)
+        trap, host, host_rule = self._facts(url)
+        if trap is not None:
+            return trap
         if not host:
             return "no_host"
         if self._max_depth >= 0 and depth_of(parent_depth, kind) > self._max_depth:
             return "too_deep"
         if self._same_host_only and kind != SEED and host != source_host:
             return "other_host"
-        return self._host_reason(host)
+        return host_rule
+
+    def _url_facts(self, url: str) -> tuple[str | None, str, str | None]:
+        """What depends on the URL alone (cached): its trap verdict, host and host verdict."""
+        host = host_of(url)
+        return self._trap_rules(url), host, self._host_rules(host)
 
     def _trap_rules(self, url: str) -> str | None:
         rest = url.split("://", 1)[-1]

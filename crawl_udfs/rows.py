@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-from crawl_udfs.url_normalize import host_of
-
 
 class Outcome(str, Enum):
     """What happened to one fetch-list URL in a task (one line of meaning each)."""
@@ -65,11 +63,7 @@ class Outlink:
     url_fp: int
     kind: str                 # "a", "area", "frame", "iframe", "canonical", "redirect"
     nofollow: bool = False    # rel=nofollow, or the page is under meta/X-Robots-Tag nofollow
-    host: str | None = None   # host_of(url), computed when not given: update takes it from here
-
-    def __post_init__(self):
-        if self.host is None:
-            self.host = host_of(self.url)
+    host: str | None = None   # host_of(url); jobs/fetch.output_columns fills it when None (update reads it)
 
 
 @dataclass(slots=True)

@@ -41,6 +41,7 @@ from typing import Any, Iterable, Iterator
 from crawl_udfs.config import Config, ConfigError
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
+from crawl_udfs.url_normalize import host_of
 from jobs import common, faults, ledger, warc_staging
 from schemas import counters
 from schemas.tables import FETCH_OUTPUT
@@ -175,7 +176,8 @@ def output_columns(results: Iterable[FetchResult | HostResult], round_no: int, p
             if name in values:
                 v = values[name]
             elif name == "outlinks":
-                v = [{"url": o.url, "url_fp": o.url_fp, "kind": o.kind, "nofollow": o.nofollow, "host": o.host}
+                v = [{"url": o.url, "url_fp": o.url_fp, "kind": o.kind, "nofollow": o.nofollow,
+                      "host": o.host or host_of(o.url)}
                      for o in r.outlinks] if page else None
             elif name == "warc_staging":
                 v = staging if page and r.warc_filename else None
