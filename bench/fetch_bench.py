@@ -147,7 +147,7 @@ class _Timers:
     TARGETS = (("page_done (all work after the body)", "crawl_udfs.pages", "PageWork", "page_done"),
                ("classify", "crawl_udfs.pages", None, "classify"),
                ("parse", "crawl_udfs.pages", None, "parse"),
-               ("url_filter.reason", "crawl_udfs.url_filter", "UrlFilter", "reason"),
+               ("admission.reason", "crawl_udfs.admission", "Admission", "reason"),
                ("simhash", "crawl_udfs.pages", None, "simhash"),
                ("payload_digest", "crawl_udfs.classify", None, "payload_digest"),
                ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"))

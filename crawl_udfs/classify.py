@@ -19,23 +19,22 @@ Guarantees:
   outcome and never infers validity again.
 - **Every outlink emitted passed URL admission**, the canonical link included
   (:func:`admitted`); the redirect target too, above.
-- URL admission is built in one place, :func:`rules_for`: the ``[filter]`` rules
-  behind one cached ``refusal`` function.
+- URL admission is :class:`crawl_udfs.admission.Admission` (the one definition,
+  shared with inject), built in one place, :func:`rules_for`.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
 
+from crawl_udfs.admission import Admission
 from crawl_udfs.config import Config
 from crawl_udfs.fetcher import FetchResponse
 from crawl_udfs.responses import clean, header
 from crawl_udfs.rows import FetchItem, FetchResult, Outcome, Outlink
 from crawl_udfs.signatures import payload_digest
-from crawl_udfs.url_filter import UrlFilter
 from crawl_udfs.url_normalize import UrlNormalizer, fingerprint
 
 
@@ -46,15 +45,13 @@ class Rules:
     keep_headers: frozenset[str]              # response headers kept in the row (lower-case names)
     max_redirect_hops: int                    # fetch.max_redirect_hops
     normalize: Callable[[str, str], str | None]  # (reference, base URL) -> normalised URL, None if unusable
-    refusal: Callable[[str], str | None]      # URL -> None when admitted, else why not (URL admission)
+    admission: Admission                      # URL -> None when admitted, else why not
 
 
 def rules_for(conf: Config, normalizer: UrlNormalizer) -> Rules:
-    """The task's rules. Outlinks repeat from page to page (menus, footers): the refusal
-    of each URL is remembered, bounded like the link cache."""
-    refusal = functools.lru_cache(conf.parse.link_cache_entries)(UrlFilter(conf.filter).reason)
+    """The task's rules (Admission remembers its verdict per URL: outlinks repeat from page to page)."""
     return Rules(frozenset(conf.fetch.keep_headers), int(conf.fetch.max_redirect_hops), normalizer.normalize,
-                 refusal)
+                 Admission(conf))
 
 
 class Store(Enum):
@@ -120,11 +117,12 @@ def redirect_error(item: FetchItem, target: str | None, rules: Rules) -> str | N
         return "redirect_loop"
     if item.redirect_hops + 1 > rules.max_redirect_hops:
         return "too_many_redirects"
-    why = rules.refusal(target)
+    why = rules.admission.reason(target, kind="redirect", source_host=item.host, parent_depth=item.depth)
     return None if why is None else f"redirect_filtered:{why}"
 
 
-def admitted(outlinks: list[Outlink], rules: Rules) -> tuple[list[Outlink], int]:
-    """The outlinks URL admission lets through (canonical included), and how many it dropped."""
-    kept = [o for o in outlinks if rules.refusal(o.url) is None]
+def admitted(outlinks: list[Outlink], item: FetchItem, rules: Rules) -> tuple[list[Outlink], int]:
+    """The outlinks of ``item``'s page URL admission lets through (canonical included), and how many it dropped."""
+    reason, host, depth = rules.admission.reason, item.host, item.depth
+    kept = [o for o in outlinks if reason(o.url, kind=o.kind, source_host=host, parent_depth=depth) is None]
     return kept, len(outlinks) - len(kept)

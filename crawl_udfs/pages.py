@@ -132,7 +132,7 @@ class PageWork:
                            normalizer=self.link_normalizer, parse_conf=self.conf.parse, agent_name=self.agent)
             r.charset, r.title, r.canonical = parsed.charset, parsed.title, parsed.canonical
             r.noindex, r.nofollow = parsed.noindex, parsed.nofollow
-            r.outlinks, r.outlinks_filtered = admitted(parsed.outlinks, self.rules)
+            r.outlinks, r.outlinks_filtered = admitted(parsed.outlinks, item, self.rules)
             if parsed.is_html and parsed.main_text.strip():
                 r.simhash = simhash(parsed.main_text, self.conf.simhash.shingle_words)
         return r

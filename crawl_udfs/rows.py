@@ -64,6 +64,7 @@ class Outlink:
     url_fp: int
     kind: str                 # "a", "area", "frame", "iframe", "canonical", "redirect"
     nofollow: bool = False    # rel=nofollow, or the page is under meta/X-Robots-Tag nofollow
+    host: str | None = None   # host_of(url); jobs/fetch.output_columns fills it when None (update reads it)
 
 
 @dataclass(slots=True)

@@ -53,14 +53,32 @@ def ensure_tables(spark, conf: Config) -> list[str]:
             builder.execute()
             changed.append(f"created {t.name}")
             continue
-        existing = {f.name for f in spark.read.format("delta").load(path).schema.fields}
-        missing = [f for f in t.schema.fields if f.name not in existing]
+        missing = _missing_fields(spark.read.format("delta").load(path).schema, t.schema)
         if missing:
-            cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+            cols = ", ".join(f"{name} {f.dataType.simpleString()}" for name, f in missing)
             spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
             changed.append(f"added {len(missing)} column(s) to {t.name}")
     register_tables(spark, conf)
     return changed
+
+
+def _missing_fields(existing, wanted, prefix: str = "") -> list:
+    """(ALTER TABLE column path, field) of each field of ``wanted`` absent from ``existing``, nested
+    ones included (a field added to a struct inside an array is ``outer.element.field``)."""
+    from pyspark.sql.types import ArrayType, StructType
+
+    have = {f.name: f.dataType for f in existing.fields}
+    out = []
+    for f in wanted.fields:
+        name = f"{prefix}`{f.name}`"
+        if f.name not in have:
+            out.append((name, f))
+        elif isinstance(f.dataType, StructType) and isinstance(have[f.name], StructType):
+            out += _missing_fields(have[f.name], f.dataType, f"{name}.")
+        elif (isinstance(f.dataType, ArrayType) and isinstance(f.dataType.elementType, StructType)
+              and isinstance(have[f.name], ArrayType) and isinstance(have[f.name].elementType, StructType)):
+            out += _missing_fields(have[f.name].elementType, f.dataType.elementType, f"{name}.element.")
+    return out
 
 
 def register_tables(spark, conf: Config) -> None:

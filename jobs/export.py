@@ -37,11 +37,12 @@ ships inside ``tldextract`` (never fetched at run time): ``registry_suffix`` /
 hosts get null host parts. ``url_surtkey`` is ``surt.surt(url)``, the function
 cdxj-indexer keys CDXJ lines with, so both indexes sort alike.
 
-``duplicate_of`` (our addition): among the index's ``warc`` rows, the original
-of a payload digest is the row fetched first (ties: smallest URL); every row of
-another URL with that digest has ``duplicate_of`` = the original's URL; null
-for originals and for every non-``warc`` row. (The crawl DB's ``dup_of`` says
-the same per URL for its *current* copy; the index needs it per capture.)
+``duplicate_of`` (our addition): the URL of the original when update marked
+the capture an exact duplicate (``fetch_log.dup_of``, a url_fp, written from
+the same decision as ``crawldb.dup_of``: the original of a digest is the URL
+seen first, ``jobs/update_transforms.mark_duplicates``); null otherwise. It is
+read per capture from ``fetch_log`` rather than from ``crawldb.dup_of``, which
+holds only a URL's latest copy: an older capture keeps the verdict it had.
 
 Idempotent: everything is built in ``DIR/.export-tmp`` and then swapped for
 ``DIR/warc``, ``DIR/index`` and ``DIR/cdxj``; a rerun replaces the three
@@ -178,6 +179,11 @@ def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc"):
 
     fl = fetch_log.where(F.col("warc_filename").isNotNull() & F.col("warc_offset").isNotNull()
                          & F.col("warc_length").isNotNull())
+    # update's verdict, as the original's URL: the original was stored, so fetch_log names it too
+    originals = (fetch_log.select(F.col("url_fp").alias("dup_of"), F.col("url").alias("_orig_url"))
+                 .join(fl.select("dup_of").where(F.col("dup_of").isNotNull()).distinct(), "dup_of", "left_semi")
+                 .dropDuplicates(["dup_of"]))
+    fl = fl.join(originals, "dup_of", "left")
     status = F.col("status_code")
     subset = F.when((status >= 200) & (status < 300), F.lit("warc")).otherwise(F.lit("crawldiagnostics"))
     cols = {
@@ -198,31 +204,18 @@ def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc"):
         "warc_record_offset": F.col("warc_offset"),
         "warc_record_length": F.col("warc_length"),
         "warc_segment": F.col("round").cast("string"),
-        "duplicate_of": F.lit(None),
+        "duplicate_of": F.col("_orig_url"),
         "simhash": F.col("simhash"),
         "crawl": F.lit(crawl_id),
         "subset": subset,
     }
     schema = cc_index_schema()
     types = {f.name: f.dataType for f in schema.fields}
-    base = mark_duplicates(fl.select([c.cast(types[n]).alias(n) for n, c in cols.items()]))
+    base = fl.select([c.cast(types[n]).alias(n) for n, c in cols.items()])
     parts = pandas_udf(_url_parts_batch, _url_parts_struct())
     with_parts = base.withColumn("_p", parts(F.col("url")))
     return with_parts.select([(F.col(f"_p.{f.name}").cast(f.dataType) if f.name in URL_PART_COLUMNS
                                else F.col(f.name)).alias(f.name) for f in schema.fields])
-
-
-def mark_duplicates(rows):
-    """Fill ``duplicate_of``: within subset ``warc``, the first capture of a digest (earliest
-    fetch_time, then smallest URL) is the original; captures of other URLs with it point to it."""
-    from pyspark.sql import functions as F
-
-    cand = rows.where((F.col("subset") == "warc") & F.col("content_digest").isNotNull())
-    originals = (cand.groupBy("content_digest")
-                 .agg(F.min(F.struct("fetch_time", "url")).getField("url").alias("_orig")))
-    joined = rows.join(originals, "content_digest", "left")
-    dup = (F.col("subset") == "warc") & F.col("_orig").isNotNull() & (F.col("_orig") != F.col("url"))
-    return joined.withColumn("duplicate_of", F.when(dup, F.col("_orig"))).select(*rows.columns)
 
 
 def sorted_for_write(rows, n_files: int):

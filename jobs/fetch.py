@@ -41,7 +41,9 @@ from typing import Any, Iterable, Iterator
 from crawl_udfs.config import Config, ConfigError
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
+from crawl_udfs.url_normalize import host_of
 from jobs import common, faults, ledger, warc_staging
+from schemas import counters
 from schemas.tables import FETCH_OUTPUT
 
 #: Columns of the one input DataFrame: ``kind`` = "item" (a fetch-list row) or "host" (a hosts row).
@@ -174,7 +176,8 @@ def output_columns(results: Iterable[FetchResult | HostResult], round_no: int, p
             if name in values:
                 v = values[name]
             elif name == "outlinks":
-                v = [{"url": o.url, "url_fp": o.url_fp, "kind": o.kind, "nofollow": o.nofollow}
+                v = [{"url": o.url, "url_fp": o.url_fp, "kind": o.kind, "nofollow": o.nofollow,
+                      "host": o.host or host_of(o.url)}
                      for o in r.outlinks] if page else None
             elif name == "warc_staging":
                 v = staging if page and r.warc_filename else None
@@ -196,7 +199,8 @@ def output_batch(results, round_no: int, part_of: dict[str, int], staging: str |
 
 # -- the job --------------------------------------------------------------------------------------
 def round_counts(spark, conf: Config, round_no: int) -> dict[str, int]:
-    """The round's declared counters, from its committed ``fetch_output`` rows (one small query)."""
+    """The round's fetch counters (``schemas/counters.py``), from its committed ``fetch_output`` rows
+    (one small query)."""
     from pyspark.sql import functions as F
 
     out = common.read(spark, conf, "fetch_output").where(F.col("round") == round_no)
@@ -210,11 +214,12 @@ def round_counts(spark, conf: Config, round_no: int) -> dict[str, int]:
              total(host, F.col("requests")).alias("requests"),
              total(host, F.col("robots_requests")).alias("robots_requests"),
              total(host, F.col("bytes_received")).alias("bytes"),
-             total(page, F.col("politeness_wait_ms")).alias("politeness_wait_ms")]
+             total(page, F.col("politeness_wait_ms")).alias("politeness_wait_ms"),
+             total(page, F.col("outlinks_filtered")).alias("outlinks_filtered")]
     counts = {k: int(v) for k, v in out.agg(*aggs).collect()[0].asDict().items()}
     counts["pages_ok"] = counts[f"fetched_{Outcome.OK.value}"]
     counts["not_attempted"] = counts[f"fetched_{Outcome.NOT_ATTEMPTED.value}"]
-    return counts
+    return counters.checked("fetch", counts)
 
 
 def _promote(spark, conf: Config, round_no: int) -> dict[str, int]:

@@ -52,6 +52,7 @@ from typing import Any
 
 from crawl_udfs.config import Config, ConfigError
 from jobs import common, faults, ledger
+from schemas import counters
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import FETCH_LIST, TABLES
 
@@ -167,8 +168,8 @@ def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
             faults.point("generate.after_write")
         finally:
             selected.unpersist()
-    counts = {"generated": row.n, "generated_discovery": row.d, "generated_recrawl": row.n - row.d,
-              "generated_hosts": row.h}
+    counts = counters.checked("generate", {"generated": row.n, "generated_discovery": row.d,
+                                           "generated_recrawl": row.n - row.d, "generated_hosts": row.h})
     ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds}, old={},
                      n_partitions=n_partitions)
     return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts}

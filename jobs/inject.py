@@ -7,8 +7,9 @@ lines and lines starting with ``#`` are skipped; anything after a tab is ignored
 and normalised on the executors (``mapInPandas``), so seed lists of any size work.
 
 Each seed is normalised with ``crawl_udfs.url_normalize`` and, when
-``inject.filter`` is on, checked against the ``[filter]`` trap rules (Nutch's
-Injector applies its URL filters too). Seeds that cannot be normalised are
+``inject.filter`` is on, admitted by ``crawl_udfs.admission`` as kind ``seed``
+(the trap rules and the allow/deny host rules; Nutch's Injector applies its URL
+filters too). Seeds that cannot be normalised are
 counted as ``invalid``, seeds the filters reject as ``filtered``; a few examples
 of each are returned; neither is fatal.
 
@@ -49,21 +50,19 @@ def _is_url(source: str) -> bool:
 
 def _normalize_batches(conf: Config):
     """The mapInPandas function: ``raw`` lines in, SEED_SCHEMA rows out (``reason`` set when rejected)."""
-    url_conf, filter_conf, use_filter = conf.url, conf.filter, conf.inject.filter
-
     def normalize(batches: Iterator) -> Iterator:
         import pandas as pd
 
-        from crawl_udfs.url_filter import UrlFilter
+        from crawl_udfs.admission import Admission
         from crawl_udfs.url_normalize import UrlNormalizer, fingerprint, host_of
 
-        normalizer = UrlNormalizer(url_conf)
-        url_filter = UrlFilter(filter_conf) if use_filter else None
+        normalizer = UrlNormalizer(conf.url)
+        admission = Admission(conf) if conf.inject.filter else None
         for batch in batches:
             out = {"raw": [], "url": [], "url_fp": [], "host": [], "reason": []}
             for raw in batch["raw"]:
                 url = normalizer.normalize(raw)
-                reason = "invalid" if url is None else (url_filter.reason(url) if url_filter else None)
+                reason = "invalid" if url is None else (admission.reason(url) if admission else None)
                 ok = url is not None and reason is None
                 out["raw"].append(raw)
                 out["url"].append(url if ok else None)

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from crawl_udfs.config import Config
 from jobs import ledger
+from schemas import counters
 
 
 def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
@@ -41,19 +42,23 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
 
 
 def summary(row: dict) -> str:
-    """A readable block for one round from its ledger row."""
+    """A readable block for one round from its ledger row (counter names: ``schemas/counters.py``)."""
     c = row.get("counts") or {}
     s = row.get("seconds") or {}
-    outcomes = {k[len("fetched_"):]: v for k, v in sorted(c.items()) if k.startswith("fetched_") and v}
+
+    def v(name: str) -> int:
+        return counters.value(c, name)
+
+    outcomes = {k: n for k, n in sorted(counters.family(c, "fetched_").items()) if n}
     fetch_s = s.get("fetch") or 0.0
-    pages = sum(v for k, v in outcomes.items() if k not in ("not_attempted", "deferred"))
+    pages = sum(n for k, n in outcomes.items() if k not in ("not_attempted", "deferred"))
     lines = [
         f"round {row['round']}: {row['state']}",
-        "  pages by outcome: " + (", ".join(f"{k}={v}" for k, v in outcomes.items()) or "none"),
-        f"  bytes {c.get('bytes', 0):,}  requests {c.get('requests', 0)} (robots.txt {c.get('robots_requests', 0)})"
+        "  pages by outcome: " + (", ".join(f"{k}={n}" for k, n in outcomes.items()) or "none"),
+        f"  bytes {v('bytes'):,}  requests {v('requests')} (robots.txt {v('robots_requests')})"
         f"  pages/s {pages / fetch_s if fetch_s else 0.0:.2f}",
         "  seconds: " + ", ".join(f"{k} {s[k]:.1f}" for k in ("generate", "fetch", "update", "round") if k in s),
-        f"  politeness wait {c.get('politeness_wait_ms', 0) / 1000:.1f} s (summed over URLs)"
-        f"  new URLs {c.get('new_urls', 0)}  frontier {c.get('frontier_size', 0)}",
+        f"  politeness wait {v('politeness_wait_ms') / 1000:.1f} s (summed over URLs)"
+        f"  new URLs {v('new_urls')}  frontier {v('frontier_size')}",
     ]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from crawl_udfs.config import Config
 from jobs.common import now_utc, read
+from schemas import counters
 from schemas.status import ELIGIBLE
 
 
@@ -44,9 +45,9 @@ def report(spark, conf: Config, *, last_rounds: int = 5) -> str:
         out.append(f"  budget exhausted: {r['host']}")
     out.append("last rounds:")
     for r in rounds:
-        c = r["counts"] or {}
-        out.append(f"  round {r['round']}: {r['state']}, generated {c.get('generated', 0)}, "
-                   f"ok {c.get('fetched_ok', 0)}, new URLs {c.get('new_urls', 0)}, "
+        c = r["counts"]
+        out.append(f"  round {r['round']}: {r['state']}, generated {counters.value(c, 'generated')}, "
+                   f"ok {counters.value(c, 'fetched_ok')}, new URLs {counters.value(c, 'new_urls')}, "
                    f"seconds {(r['seconds'] or {}).get('round', 0.0):.1f}")
     return "\n".join(out)
 

@@ -15,7 +15,7 @@ Transforms: ``jobs/update_transforms.py``. Outputs, in this order:
 2. MERGE into ``hosts`` on ``host``, guarded by ``t.updated_round < N``.
 3. Appends to ``fetch_log`` and ``links`` with ``txnAppId = deltacrawl-update-<table>``,
    ``txnVersion = N``: a rerun of round N appends nothing.
-4. Ledger N ``updated`` with the counts of :data:`COUNTS` and ``seconds.update`` (and
+4. Ledger N ``updated`` with its counters (``schemas/counters.py``, verb update) and ``seconds.update`` (and
    ``seconds.round`` when ``rounds.crawl`` passes the round's start).
 
 State-transition table: one row per (outcome / status code); base = the page
@@ -71,8 +71,9 @@ New URLs: the outlinks of the round's pages (kinds a, area, frame, iframe,
 canonical, redirect). Dropped: nofollow links unless ``parse.follow_nofollow``
 (redirect and canonical targets are never dropped for nofollow: they name the
 same document, and a canonical target is the copy the site wants crawled, so it
-IS inserted); links outside ``[scope]`` (max_depth, allow_hosts/deny_hosts,
-same_host_only). depth = parent's + 1 (redirect/canonical: parent's); score =
+IS inserted). The fetch task already dropped every URL the admission rules
+reject (``crawl_udfs/admission.py``: ``[filter]`` and ``[scope]``), so update
+applies none of them again. depth = parent's + 1 (redirect/canonical: parent's); score =
 parent's × ``scope.score_decay`` / the parent's followed links (redirect and
 canonical: parent's score); status unfetched, due at ``now``; one row per url_fp
 (smallest depth, largest score); inserted only when absent — a known URL is
@@ -159,12 +160,10 @@ from crawl_udfs.config import Config, ConfigError
 from jobs import common, faults, ledger
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
+from schemas import counters
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import CRAWLDB, HOSTS, TABLES
 
-#: Counters update writes to the ledger (plus ``status_<value>`` per resulting status).
-COUNTS = ("new_urls", "updated_urls", "duplicates", "budget_exhausted", "hosts_updated", "hosts_throttled",
-          "hosts_trap_parked", "fetch_log_rows", "links", "frontier_size")
 #: Commits of crawldb/hosts looked back through for this round's first MERGE.
 HISTORY_LOOKBACK = 50
 _META = "spark.databricks.delta.commitInfo.userMetadata"
@@ -253,7 +252,7 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
     seconds = {"update": timer.seconds}
     if round_started is not None:
         seconds["round"] = time.perf_counter() - round_started
-    ledger.set_state(spark, conf, n, "updated", counts=counts, seconds=seconds, old=row)
+    ledger.set_state(spark, conf, n, "updated", counts=counters.checked("update", counts), seconds=seconds, old=row)
     _remove(stage)
     return {"round": n, "skipped": False, **counts}
 

@@ -9,7 +9,7 @@ Pipeline (each step a function, each tested on small DataFrames):
     prepare(pages, fetch_list, crawldb)         page rows + the URL's crawl-DB row (``o_*``)
     transition(prepared, host_next, ...)        one new crawl-DB row per page row
     mark_duplicates(updated, crawldb, ...)      exact duplicates by payload digest
-    discover(prepared, crawldb, ...)            new URLs from outlinks and redirect targets
+    discover(prepared, crawldb, ...)            new URLs from (admitted) outlinks and redirect targets
     trap_signals(updated, crawldb, ...)         per host: first copies, exact and near duplicates
     hosts_update(hosts, host_rows, updated,...) the ``hosts`` rows of the round's hosts
     judge_traps(hosts_new, ...)                 trap strikes, throttle (round_cap), trap park
@@ -22,11 +22,11 @@ Pipeline (each step a function, each tested on small DataFrames):
 from __future__ import annotations
 
 import datetime as dt
-from typing import Iterable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from crawl_udfs.admission import SAME_DOC_KINDS
 from crawl_udfs.rows import Outcome
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from schemas.status import Status
@@ -40,8 +40,6 @@ _FIRST = "_first"
 KEEP = "keep"
 #: Statuses whose stored copy can be the original of a duplicate.
 ORIGINAL_STATUSES = (Status.FETCHED.value, Status.NOT_MODIFIED.value)
-#: Link kinds that name the same document rather than a link one hop away.
-SAME_DOC_KINDS = ("redirect", "canonical")
 
 
 def _plus_seconds(ts: Column, seconds: Column) -> Column:
@@ -54,13 +52,6 @@ def _ts(value: dt.datetime) -> Column:
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.timezone.utc)
     return F.lit(value).cast("timestamp")
-
-
-def host_expr(url: Column) -> Column:
-    """Spark twin of :func:`crawl_udfs.url_normalize.host_of` (lower-case, no userinfo, no port)."""
-    authority = F.regexp_extract(url, r"//([^/]*)", 1)
-    authority = F.regexp_replace(authority, r"^.*@", "")
-    return F.lower(F.regexp_replace(authority, r":[^:\]]*$", ""))
 
 
 def _touching(big: DataFrame, small: DataFrame, key: str) -> DataFrame:
@@ -232,7 +223,7 @@ def mark_duplicates(updated: DataFrame, crawldb: DataFrame, *, duplicate_interva
 # -- 3. discovery ------------------------------------------------------------------------------
 def _edges(prepared: DataFrame) -> DataFrame:
     src = prepared.where(F.col("outlinks").isNotNull() & (F.col(_CAT) != KEEP))
-    return src.select(F.col("url_fp").alias("src_fp"), F.col("host").alias("src_host"),
+    return src.select(F.col("url_fp").alias("src_fp"),
                       F.coalesce(F.col("_list_depth"), F.col("o_depth"), F.lit(0)).alias("src_depth"),
                       F.coalesce(F.col("_list_score"), F.col("o_score"), F.lit(0.0)).alias("src_score"),
                       F.coalesce(F.col("_list_hops"), F.col("redirect_hops"), F.lit(0)).alias("src_hops"),
@@ -250,7 +241,9 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow:
              round_no: int, now: dt.datetime) -> DataFrame:
     """Crawl-DB rows for URLs first found this round (absent from ``crawldb``), one per url_fp.
 
-    ``scope`` is the ``[scope]`` section. Followed: links not marked nofollow
+    Every outlink was admitted by the fetch task (``crawl_udfs.admission``, with
+    its page's host and depth), which also gave its ``host``: no rule is applied
+    again here. ``scope`` is the ``[scope]`` section (``score_decay``). Followed: links not marked nofollow
     (all when ``follow_nofollow``), and redirect and canonical targets always.
     depth = parent depth + 1 (redirect/canonical: parent depth; redirect:
     redirect_hops = parent's + 1); score = parent score * score_decay / the
@@ -264,14 +257,13 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow:
                                                       & ~x.getField("kind").isin(*SAME_DOC_KINDS)))
     e = e.where(_followed(F.col("l"), follow_nofollow) & F.col("l.url_fp").isNotNull())
     e = e.select(
-        F.col("l.url_fp").alias("url_fp"), F.col("l.url").alias("url"), host_expr(F.col("l.url")).alias("host"),
-        "src_fp", "src_host",
+        F.col("l.url_fp").alias("url_fp"), F.col("l.url").alias("url"), F.col("l.host").alias("host"),
+        "src_fp",
         F.when(same_doc, F.col("src_depth")).otherwise(F.col("src_depth") + 1).alias("depth"),
         F.when(F.col("l.kind") == "redirect", F.col("src_hops") + 1).otherwise(F.lit(0)).alias("redirect_hops"),
         F.when(same_doc, F.col("src_score"))
          .otherwise(F.col("src_score") * F.lit(float(scope.score_decay)) / F.greatest(n_links, F.lit(1)))
          .alias("score"))
-    e = e.where(in_scope(F.col("host"), F.col("src_host"), F.col("depth"), scope))
     best = F.min(F.struct("depth", "redirect_hops", "src_fp", "url", "host")).alias("b")
     d = e.groupBy("url_fp").agg(best, F.max("score").alias("score"))
     d = d.join(_touching(crawldb.select("url_fp"), d, "url_fp"), "url_fp", "left_anti")
@@ -286,27 +278,6 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow:
         F.lit(int(round_no)).cast("long").alias("discovered_round"),
         F.lit(int(round_no)).cast("long").alias("updated_round"),
         F.col("b.src_fp").alias("source_fp"), F.col("b.url").alias("url"))
-
-
-def in_scope(host: Column, src_host: Column, depth: Column, scope) -> Column:
-    """The ``[scope]`` rules as one boolean column."""
-    ok = F.lit(True)
-    if int(scope.max_depth) >= 0:
-        ok = ok & (depth <= F.lit(int(scope.max_depth)))
-    if scope.same_host_only:
-        ok = ok & (host == src_host)
-    if scope.allow_hosts:
-        ok = ok & _any_match(host, scope.allow_hosts)
-    if scope.deny_hosts:
-        ok = ok & ~_any_match(host, scope.deny_hosts)
-    return ok & (host != F.lit(""))
-
-
-def _any_match(col: Column, patterns: Iterable[str]) -> Column:
-    out = F.lit(False)
-    for p in patterns:
-        out = out | col.rlike(p)
-    return out
 
 
 # -- 4. trap signals ----------------------------------------------------------------------------
@@ -569,8 +540,12 @@ def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhauste
 
 # -- 7. appends ---------------------------------------------------------------------------------
 def fetch_log_rows(prepared: DataFrame, updated: DataFrame, *, round_no: int) -> DataFrame:
-    """One FETCH_LOG row per page row except deferred and not_attempted ones (never tried)."""
-    ch = updated.select("url_fp", F.col(_CHANGED).alias("changed"))
+    """One FETCH_LOG row per page row except deferred and not_attempted ones (never tried).
+
+    ``updated`` is :func:`mark_duplicates`' result: ``dup_of`` is the decision that
+    sets ``crawldb.dup_of``, kept per capture, so the export's ``duplicate_of`` of
+    every capture is update's decision (the crawl DB keeps only the latest)."""
+    ch = updated.select("url_fp", F.col(_CHANGED).alias("changed"), "dup_of")
     p = prepared.where(F.col(_CAT) != KEEP).join(ch, "url_fp", "left")
     p = (p.withColumn("round", F.lit(int(round_no)).cast("long"))
          .withColumn("n_outlinks", F.when(F.col("outlinks").isNull(), 0).otherwise(F.size("outlinks"))))

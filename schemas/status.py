@@ -3,6 +3,13 @@
 Stored as a string in ``crawldb.status`` (readable in SQL). Only ``update``
 moves a URL between states; ``schemas/transitions.md`` in the docstring of
 ``jobs/update.py`` gives the table.
+
+There is no "filtered" state: a URL the admission rules reject
+(``crawl_udfs/admission.py``) is counted and never stored. Storing it would
+grow the crawl DB by exactly the URLs the rules keep out (a calendar trap has
+no end of distinct URLs), and it need not be remembered to stay out: the
+verdict is a function of the URL and where it was found, recomputed wherever
+it turns up again.
 """
 
 from __future__ import annotations
@@ -22,7 +29,6 @@ class Status(str, Enum):
     ERROR_RETRY = "error_retry"        # transient failure (timeout, 5xx, 429, robots unavailable); retried with back-off
     ERROR_FINAL = "error_final"        # failed max retries times, or a permanent error (4xx other than 404/410, bad redirect)
     BUDGET_EXHAUSTED = "budget_exhausted"  # the host's crawl budget ran out before this URL was fetched
-    FILTERED = "filtered"              # excluded by a URL filter (trap pattern, length, depth); kept so it is not re-added
 
 
 #: Statuses a URL may be generated from (when due).

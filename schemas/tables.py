@@ -115,6 +115,7 @@ FETCH_LOG = StructType([
     _f("warc_record_id", StringType(), True, ""),
     _f("error_message", StringType(), True, ""),
     _f("url", StringType(), False, ""),
+    _f("dup_of", LongType(), True, "url_fp of the original when update marked this capture a duplicate"),
 ])
 
 LINKS = StructType([
@@ -134,7 +135,7 @@ ROUNDS = StructType([
     _f("fetched_at", TimestampType(), True, ""),
     _f("updated_at", TimestampType(), True, ""),
     _f("n_partitions", IntegerType(), True, "fetch partitions of the round"),
-    _f("counts", MapType(StringType(), LongType()), True, "declared counters (see jobs.report.COUNTERS)"),
+    _f("counts", MapType(StringType(), LongType()), True, "declared counters (schemas.counters.COUNTERS)"),
     _f("seconds", MapType(StringType(), DoubleType()), True, "time spent per verb"),
 ])
 
@@ -144,6 +145,7 @@ OUTLINK = StructType([
     _f("url_fp", LongType(), True, ""),
     _f("kind", StringType(), True, ""),
     _f("nofollow", BooleanType(), True, ""),
+    _f("host", StringType(), True, ""),
 ])
 
 #: The round's fetch list (segment), one row per URL to fetch; written by generate.

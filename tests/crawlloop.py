@@ -1,10 +1,13 @@
 """A tiny in-memory frontier around fetch_partition, for tests, benchmarks and the demo.
 
-It plays the part that ``generate`` and ``update`` play on Spark: pick each
-host's next URLs (at most ``per_host`` a pass), call :func:`fetch_partition`,
-carry every host's learnt state (robots cache, next-allowed time, failures)
-into the next pass, and add new outlinks (deduplicated by fingerprint, depth +1,
-nofollow dropped, capped per host). It is not the crawler; it exercises it.
+It plays the part that ``generate`` and ``update`` play on Spark, on the same rules:
+seeds pass ``crawl_udfs.admission`` as inject admits them; the task admits what a
+page names (``max_depth`` is ``scope.max_depth``); an outlink is followed by
+``admission.followed`` (canonical and redirect targets too, as update follows them)
+at ``admission.depth_of``, redirect targets one redirect hop further. Each pass picks
+each host's next URLs (at most ``per_host``), calls :func:`fetch_partition`, and
+carries every host's learnt state (robots cache, next-allowed time, failures) into
+the next. It is not the crawler; it exercises it.
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crawl_udfs.admission import Admission, depth_of, followed
 from crawl_udfs.config import Config
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState
-from crawl_udfs.url_normalize import fingerprint, host_of
-from tests.urls import normalize
+from crawl_udfs.url_normalize import UrlNormalizer, fingerprint, host_of
 
 
 @dataclass
@@ -41,6 +44,8 @@ class CrawlStats:
 
 def crawl(seeds: list[str], conf: Config, warc_dir: Path, *, passes: int = 3, per_host: int = 5,
           max_pages_per_host: int = 20, max_depth: int = 10, retried: bool = False) -> CrawlStats:
+    conf = conf.with_overrides(f"scope.max_depth={int(max_depth)}")
+    follow_nofollow = bool(conf.parse.follow_nofollow)
     seen: set[int] = set()
     frontier: dict[str, collections.deque] = collections.defaultdict(collections.deque)
     fetched_per_host: collections.Counter = collections.Counter()
@@ -49,14 +54,15 @@ def crawl(seeds: list[str], conf: Config, warc_dir: Path, *, passes: int = 3, pe
 
     def add(url: str, depth: int, hops: int = 0) -> None:
         fp = fingerprint(url)
-        if fp in seen or depth > max_depth:
+        if fp in seen:
             return
         seen.add(fp)
         frontier[host_of(url)].append(FetchItem(url=url, url_fp=fp, host=host_of(url), depth=depth,
                                                 redirect_hops=hops))
 
+    normalizer, admission = UrlNormalizer(conf.url), Admission(conf)
     for s in seeds:
-        if (n := normalize(s)) is not None:
+        if (n := normalizer.normalize(s)) is not None and admission.reason(n) is None:
             add(n, 0)
     t0 = time.time()
     for p in range(passes):
@@ -69,7 +75,7 @@ def crawl(seeds: list[str], conf: Config, warc_dir: Path, *, passes: int = 3, pe
         if not batch:
             break
         stats.passes += 1
-        depth_of = {i.url_fp: i.depth for i in batch}
+        depth_of_fp = {i.url_fp: i.depth for i in batch}
         tp = time.time()
         out = fetch_partition(batch, conf, hosts=list(host_states.values()), warc_dir=str(warc_dir),
                               warc_name=lambda i, p=p: f"crawl-p{p:03d}-{i:05d}.warc.gz", retried=retried)
@@ -86,16 +92,15 @@ def crawl(seeds: list[str], conf: Config, warc_dir: Path, *, passes: int = 3, pe
             stats.results.append(row)
             if row.outcome in ("not_attempted", "deferred"):
                 frontier[row.host].appendleft(FetchItem(url=row.url, url_fp=row.url_fp, host=row.host,
-                                                        depth=depth_of.get(row.url_fp, 0)))
+                                                        depth=depth_of_fp.get(row.url_fp, 0)))
                 continue
             if row.fetch_time is not None:
                 fetched_per_host[row.host] += 1
-            depth = depth_of.get(row.url_fp, 0)
-            for link in row.outlinks:
-                if link.nofollow or link.kind == "canonical":
-                    continue
-                add(link.url, depth + (0 if link.kind == "redirect" else 1),
-                    row.redirect_hops + 1 if link.kind == "redirect" else 0)
+            depth = depth_of_fp.get(row.url_fp, 0)
+            for link in row.outlinks:   # admitted by the task
+                if followed(link.kind, link.nofollow, follow_nofollow=follow_nofollow):
+                    add(link.url, depth_of(depth, link.kind),
+                        row.redirect_hops + 1 if link.kind == "redirect" else 0)
         stats.pass_elapsed_s.append(time.time() - tp)
     stats.elapsed_s = time.time() - t0
     return stats

@@ -98,7 +98,7 @@ def test_headers_kept_are_the_configured_ones_lower_case_and_arrow_safe():
 def test_outlink_admission_applies_to_the_canonical_too():
     links = [Outlink(url=u, url_fp=fingerprint(u), kind=k) for u, k in
              (("http://a.test/ok", "a"), (DEEP, "a"), (DEEP + "/c", "canonical"), ("http://a.test/c", "canonical"))]
-    kept, dropped = admitted(links, RULES)
+    kept, dropped = admitted(links, item(), RULES)
     assert [(o.url, o.kind) for o in kept] == [("http://a.test/ok", "a"), ("http://a.test/c", "canonical")]
     assert dropped == 2
 

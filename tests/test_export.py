@@ -24,6 +24,7 @@ import surt
 from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs import config, warc
+from crawl_udfs.url_normalize import fingerprint
 from jobs import cli, common, export, warc_staging
 from schemas.tables import FETCH_LOG
 
@@ -35,7 +36,9 @@ T0 = 1_760_000_000.0  # epoch seconds of the first fetch
 # (round, url, status, body, extra fetch_log fields); round 2 re-fetches the first URL (304)
 PAGES = [
     (1, "http://a.b.example.co.uk/x?b=2&a=1", 200, b"<html>same words here</html>", {"simhash": 123}),
-    (1, "http://www.example.com/", 200, b"<html>same words here</html>", {"simhash": 123}),
+    # update marked it a duplicate of the first (fetch_log.dup_of), and the index says so
+    (1, "http://www.example.com/", 200, b"<html>same words here</html>",
+     {"simhash": 123, "dup_of": hash("http://a.b.example.co.uk/x?b=2&a=1") & 0x7FFFFFFF}),
     (1, "http://foo.blogspot.com/p", 200, b"<html>blog</html>" * 50, {"truncated": "length"}),
     (1, "http://127.10.0.5:8080/r", 301, b"", {"redirect_to": "http://127.10.0.5:8080/target"}),
     (1, "http://www.example.com/missing", 404, b"not found", {}),
@@ -316,3 +319,27 @@ def test_nothing_stored_exports_empty_output(spark, tmp_path):
     assert counts["index_rows"] == 0 and counts["warc_files"] == 0 and counts["cdxj_lines"] == 0
     assert list((tmp_path / "out" / "warc").iterdir()) == [] and _index_files(tmp_path / "out") == []
     assert (tmp_path / "out" / "cdxj" / export.CDXJ_FILE).read_text() == ""
+
+
+def test_index_and_crawl_db_agree_on_the_original(spark):
+    """Where the old two rules disagreed: ``b`` was fetched first, ``a`` seen first. Update decides (``a``,
+    the URL seen first); the index's duplicate_of names the same original as crawldb.dup_of."""
+    from jobs import update_transforms as T
+    from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT
+    from tests.test_update import FIRST, NOW, T0, CONF, by_url, frame, no_hosts, old, page, sec
+
+    a, b, c = "http://a.test/seen-first", "http://b.test/fetched-first", "http://c.test/other"
+    crawldb = frame(spark, [old(a, first_seen=FIRST), old(b, first_seen=FIRST + sec(86400)), old(c)], CRAWLDB)
+    stored = dict(outcome="ok", status_code=200, digest="sha1:SAME", warc_filename="x.warc.gz", warc_offset=0,
+                  warc_length=10)
+    pages = [page(a, **{**stored, "fetch_time": T0 + sec(60)}), page(b, **{**stored, "fetch_time": T0}),
+             page(c, **{**stored, "digest": "sha1:OTHER"})]
+    prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, [], FETCH_LIST), crawldb)
+    nxt = T.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
+    updated = T.mark_duplicates(T.transition(prepared, nxt, CONF.schedule, round_no=1, now=NOW), crawldb,
+                                duplicate_interval_s=CONF.schedule.duplicate_interval_s)
+    url_of = {fingerprint(u): u for u in (a, b, c)}
+    in_crawldb = {u: url_of.get(r["dup_of"]) for u, r in by_url(updated).items()}
+    log = T.fetch_log_rows(prepared, updated, round_no=1)
+    in_index = {r.url: r.duplicate_of for r in export.index_rows(log, crawl_id="t").collect()}
+    assert in_crawldb == in_index == {a: None, b: a, c: None}

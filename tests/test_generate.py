@@ -62,7 +62,6 @@ def test_due_eligible_only(spark):
         url_row("http://a.test/refetch", status="fetched"),
         url_row("http://a.test/retry", status="error_retry"),
         url_row("http://a.test/final", status="error_final"),
-        url_row("http://a.test/filtered", status="filtered"),
         url_row("http://a.test/budget", status="budget_exhausted"),
     ])
     assert urls_of(rows) == {"http://a.test/due", "http://a.test/exactly-now", "http://a.test/refetch",

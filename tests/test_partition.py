@@ -376,7 +376,7 @@ def test_parse_threads_results_match_their_warc_records(tmp_path, threads):
     from crawl_udfs.parser import parse
     from crawl_udfs.signatures import payload_digest
     from crawl_udfs.simhash import simhash
-    from crawl_udfs.url_filter import UrlFilter
+    from crawl_udfs.admission import Admission
     from crawl_udfs.url_normalize import UrlNormalizer
 
     with TestWeb(tmp_path / "web", n_hosts=14, seed=13, kinds=["site"]) as web:
@@ -389,7 +389,7 @@ def test_parse_threads_results_match_their_warc_records(tmp_path, threads):
     assert [r.url for r in results] == urls
     ok = [r for r in results if r.outcome == "ok" and r.content_type == "text/html"]
     assert len(ok) >= 15, collections.Counter(r.outcome for r in results)
-    normalizer, url_filter = UrlNormalizer(conf.url), UrlFilter(conf.filter)
+    normalizer, admission = UrlNormalizer(conf.url), Admission(conf)
     for r in ok:
         with open(tmp_path / "w" / r.warc_filename, "rb") as f:
             f.seek(r.warc_offset)
@@ -403,7 +403,7 @@ def test_parse_threads_results_match_their_warc_records(tmp_path, threads):
         assert r.title == parsed.title and r.canonical == parsed.canonical
         assert r.simhash == (simhash(parsed.main_text, conf.simhash.shingle_words)
                              if parsed.main_text.strip() else None)
-        kept = [o for o in parsed.outlinks if url_filter.reason(o.url) is None]  # the canonical too
+        kept = [o for o in parsed.outlinks if admission.reason(o.url, kind=o.kind, source_host=r.host) is None]
         assert [(o.url, o.kind, o.nofollow) for o in r.outlinks] == [(o.url, o.kind, o.nofollow) for o in kept]
         assert r.outlinks_filtered == len(parsed.outlinks) - len(kept)
     # whole files, read front to back: warcinfo first, then per exchange a request and its response

@@ -54,3 +54,19 @@ def test_status_enum_documented():
         line = next(l for l in src.splitlines() if f'"{s.value}"' in l and "=" in l)
         assert "#" in line and len(line.split("#", 1)[1].strip()) > 10, s
     assert Status.UNFETCHED in ELIGIBLE and Status.ERROR_FINAL not in ELIGIBLE
+
+
+def test_init_adds_a_field_new_inside_an_array_of_structs(spark, crawl_conf):
+    """An old fetch_output without outlinks.host (a field of the structs in an array) gets it from init."""
+    from pyspark.sql.types import ArrayType, StructField, StructType
+
+    from schemas.tables import FETCH_OUTPUT, OUTLINK
+    old_outlink = StructType([f for f in OUTLINK.fields if f.name != "host"])
+    old = StructType([StructField(f.name, ArrayType(old_outlink, True), True) if f.name == "outlinks" else f
+                      for f in FETCH_OUTPUT.fields])
+    path = common.table_path(crawl_conf, "fetch_output")
+    spark.createDataFrame([], old).write.format("delta").partitionBy("round").save(path)
+    assert "host" not in spark.read.format("delta").load(path).schema["outlinks"].dataType.elementType.names
+    changed = common.ensure_tables(spark, crawl_conf)
+    assert "added 1 column(s) to fetch_output" in changed
+    assert spark.read.format("delta").load(path).schema["outlinks"].dataType.elementType.names == OUTLINK.names

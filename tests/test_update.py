@@ -49,7 +49,7 @@ def page(url: str, outcome: str, n: int = 1, **kw) -> dict:
 
 
 def link(url: str, kind: str = "a", nofollow: bool = False) -> tuple:
-    return (url, fingerprint(url), kind, nofollow)
+    return (url, fingerprint(url), kind, nofollow, host_of(url))
 
 
 def listed(url: str, n: int = 1, depth: int = 0, score: float = 1.0, hops: int = 0) -> dict:
@@ -244,15 +244,18 @@ def _discover(spark, conf):
                              default_interval_s=conf.schedule.default_interval_s, round_no=4, now=NOW))
 
 
-def test_discovery_depth_score_dedup_scope(spark):
+def test_discovery_depth_score_dedup(spark):
+    """Every followed outlink the task returned is discovered: admission was the task's (test_admission.py),
+    so a/deep (depth 3 > scope.max_depth) and evil.test (scope.deny_hosts) are not dropped again here."""
     got = _discover(spark, CONF)
     a = "http://a.test/"
     z = "http://u:pw@B.test:8080/z"
-    assert set(got) == {a + "x", a + "two", z, a + "canon", "http://c.test:81/r"}   # a/deep: depth 3 > 2
+    assert set(got) == {a + "x", a + "two", z, a + "canon", "http://c.test:81/r", a + "deep", "http://evil.test/"}
     x = got[a + "x"]   # from p1 (depth 1, 1/4) and p2 (depth 2, 8/2): min depth, max score, source of min depth
     assert (x["depth"], x["score"], x["source_fp"]) == (1, 4.0, fingerprint(a + "p1"))
-    assert got[z]["host"] == "b.test" and got[z]["score"] == 0.25      # 4 followed links on p1
+    assert got[z]["host"] == "b.test" and got[z]["score"] == 0.25      # the outlink's host; 4 followed links on p1
     assert (got[a + "canon"]["depth"], got[a + "canon"]["score"]) == (0, 1.0)
+    assert got[a + "deep"]["depth"] == 3
     r = got["http://c.test:81/r"]
     assert (r["host"], r["depth"], r["redirect_hops"], r["score"]) == ("c.test", 1, 3, 0.3)
     assert all(v["status"] == "unfetched" and v["next_fetch_time"] == NOW and v["first_seen"] == NOW
@@ -260,24 +263,12 @@ def test_discovery_depth_score_dedup_scope(spark):
                and v["fetch_interval_s"] == 86400.0 for v in got.values())
 
 
-def test_discovery_nofollow_and_same_host(spark):
+def test_discovery_nofollow(spark):
     a = "http://a.test/"
     follow = _discover(spark, CONF.with_overrides("parse.follow_nofollow=true"))
     assert a + "y" in follow and follow[a + "x"]["score"] == 4.0   # p2's 8/2 still wins
     assert follow[a + "y"]["score"] == pytest.approx(1 / 5)          # 5 followed links on p1 now
-    same = _discover(spark, CONF.with_overrides("scope.same_host_only=true", "scope.max_depth=-1"))
-    assert set(same) == {a + "x", a + "two", a + "canon", a + "deep"}
-    allow = _discover(spark, CONF.with_overrides('scope.allow_hosts=["^c\\\\."]'))
-    assert set(allow) == {"http://c.test:81/r"}
-
-
-def test_host_expr_matches_host_of(spark):
-    from pyspark.sql import functions as F
-    urls = ["http://a.test/", "https://U:p@Example.COM:8443/x?y=1", "http://[::1]:8080/p", "http://[2001:db8::1]/",
-            "http://xn--bcher-kva.example/ü", "http://a.test:80"]
-    got = dict(spark.createDataFrame([(u,) for u in urls], "url string")
-               .select("url", T.host_expr(F.col("url")).alias("h")).collect())
-    assert got == {u: host_of(u) for u in urls}
+    assert a + "y" not in _discover(spark, CONF)
 
 
 def test_links_and_fetch_log(spark):
