@@ -1,4 +1,4 @@
-"""generate: pick round N's fetch list from the crawl DB (ARCHITECTURE.md "The round", step 1).
+"""generate: pick round N's fetch list from the crawl DB (docs/ARCHITECTURE.md, "The round", step 1).
 
 A URL is generated when it is *due* (status in ``schemas.status.ELIGIBLE`` and
 ``next_fetch_time <= now``), its host is not parked (``hosts.parked_until`` null
