@@ -9,11 +9,18 @@ those, best first by ``score`` desc, then ``next_fetch_time`` asc, then
 ``url_fp`` (a total order, so the list is deterministic): at most
 ``max_per_host`` per host (or the host's ``hosts.round_cap`` when trap
 throttling lowered it) and never more than the host's remaining page budget,
+and, when ``generate.max_urls_per_host`` is 0, never more than
+floor(``fetch.task_budget_s`` / the host's delay): the larger of
+``politeness.host_delay_s``, ``hosts.crawl_delay_s`` and ``hosts.delay_s`` (the
+delay its last fetch task ended with, response times included), so a host with
+Crawl-delay 10 is given what it can be fetched in one task, not ten times that;
 then at most ``top_n`` in all, ``discovery_share`` of it kept for never-fetched
 URLs (status unfetched) and the rest for re-crawl; places one side cannot fill
 go to the other. Each host, or each group of hosts sharing a
 last-known IP, gets one fetch partition: ``pmod(xxhash64(coalesce(ip, host)), n)``,
-a pure column (no DNS; STYLE.md rule 4).
+a pure column (no DNS; STYLE.md rule 4). The addresses come from the fetch
+tasks (via update) and, for hosts never fetched, from the resolve step
+(``jobs/resolve.py``) that ``run`` calls before it reads ``hosts``.
 
 Round logic (the ledger, ``jobs.ledger``): a new round N = last + 1 is opened only
 when the last round is ``updated`` (or there is none); otherwise the unfinished

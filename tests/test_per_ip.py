@@ -17,7 +17,8 @@ from jobs import cli, common
 from tests.summary import note
 from tests.testweb import TestWeb
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# One crawl round: ~2 min on an idle 2-core machine, several times that under load.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 DELAY = 0.3
 PARTITIONS = 4
@@ -70,7 +71,7 @@ def test_per_address_in_flight_holds_in_the_first_round(spark, crawled):
 def test_update_writes_the_effective_delay(spark, crawled):
     web, conf, v = crawled
     hosts = {r.host: r for r in common.read(spark, conf, "hosts").collect()}
-    assert hosts["robots-crawl-delay-2.test"].delay_s == pytest.approx(2.0)
+    assert hosts["robots-crawl-delay-2.test"].delay_s >= 2.0  # its Crawl-delay (a slow answer may add more)
     fetched = [r for r in hosts.values() if r.requests]
     assert len(fetched) > 60
     assert all(r.delay_s is not None and r.delay_s >= DELAY for r in fetched)
