@@ -69,7 +69,7 @@ def test_per_address_in_flight_holds_in_the_first_round(spark, crawled):
     # The test can fail: some shared address has names that partitioning by name splits over tasks.
     assert any(len({_by_name(h) for h in names}) > 1 for names in shared.values())
     note("per-IP first round (server-side): " + v.summary().replace("\n", "; "))
-    assert v.requests > 60 + 8 * BUSY
+    assert v.requests > 150  # every host's robots.txt and home page, and some of the busy URLs
     assert v.too_close == [] and v.overlapping == [] and v.max_in_flight_host <= 1
     assert v.max_in_flight_addr <= IP_CAP, {a: n for a, n in v.max_in_flight_by_addr.items() if n > IP_CAP}
     # ...because the resolve step had written their address, and generate grouped by it.
