@@ -3,7 +3,7 @@
 Thin by design (STYLE.md rule 12): each task calls the project's CLI, which
 reads the round ledger, so a retried or re-run task resumes its round instead
 of repeating it. ``max_active_runs=1``: never two rounds at once. Airflow runs
-in its own environment (FIELD-NOTES: the Spark provider breaks pyspark 4.0.1);
+in its own environment (the Spark provider breaks pyspark 4.0.1: docs/ARCHITECTURE.md);
 ``DELTACRAWL`` names the deltacrawl executable of the crawler's venv and
 ``DELTACRAWL_CONF`` its configuration overlay.
 """

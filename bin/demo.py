@@ -3,6 +3,7 @@
 Starts the test web (virtual hosts on 127.10.x.y, see tests/testweb), writes a
 configuration overlay pointing deltacrawl at it, then runs the same commands
 a user would: init, inject, crawl, status. The tables stay in ./demo-data.
+Exits 1 when the server-side check of the test web's log finds a violation.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from crawl_udfs import config  # noqa: E402
 from tests.testweb import TestWeb  # noqa: E402
+from tests.testweb.analysis import Violations  # noqa: E402
 
 DATA = ROOT / "demo-data"
 ROUNDS = int(os.environ.get("DEMO_ROUNDS", "3"))
@@ -26,6 +29,14 @@ def run(*args: str) -> None:
     cmd = [str(ROOT / ".venv" / "bin" / "deltacrawl"), "--conf", str(DATA / "demo.toml"), *args]
     print("$ deltacrawl --conf demo-data/demo.toml " + " ".join(f'"{a}"' if " " in a else a for a in args), flush=True)
     subprocess.run(cmd, check=True)
+
+
+def problems(v: Violations, ip_cap: int) -> list[str]:
+    """What the server-side check found wrong: politeness, robots, Retry-After, SSRF, per-IP cap."""
+    found = [] if v.clean else ["politeness, robots.txt, Retry-After or SSRF violations (see above)"]
+    if v.max_in_flight_addr > ip_cap:
+        found.append(f"{v.max_in_flight_addr} requests in flight to one address, cap {ip_cap}")
+    return found
 
 
 def main() -> int:
@@ -44,8 +55,13 @@ def main() -> int:
         run("inject", str(DATA / "seeds.txt"))
         run("crawl", "--rounds", str(ROUNDS))
         run("status")
-        v = web.violations(host_delay_s=1.0)
+        conf = config.load([DATA / "demo.toml"])
+        v = web.violations(host_delay_s=conf.politeness.host_delay_s)
         print("\nserver-side politeness check: " + v.summary().replace("\n", "\n  "))
+    found = problems(v, conf.politeness.max_in_flight_per_ip)
+    if found:
+        print("\nFAILED: " + "; ".join(found), file=sys.stderr)
+        return 1
     print("\nThe tables are in demo-data/crawl. Try:\n"
           '  .venv/bin/deltacrawl --conf demo-data/demo.toml sql '
           '"SELECT status, count(*) AS urls FROM crawldb GROUP BY status ORDER BY urls DESC"')

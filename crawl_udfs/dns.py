@@ -260,5 +260,35 @@ class CachingResolver(AbstractResolver):
             raise AddressBlocked(f"{host} resolves only to refused addresses: {', '.join(addrs)}")
         return results
 
+    async def first_address(self, host: str) -> tuple[str | None, str | None]:
+        """(first guard-approved address of ``host``, None), or (None, "dns" | "ssrf_blocked")."""
+        try:
+            answers = await self.resolve(host, 0, socket.AF_UNSPEC)
+        except AddressBlocked:
+            return None, "ssrf_blocked"
+        except OSError:  # DnsError, and anything else the lookup raised
+            return None, "dns"
+        return (answers[0]["host"], None) if answers else (None, "dns")
+
     async def close(self) -> None:
         await self._cache.close()
+
+
+async def resolve_all(names: Iterable[str], fetch: Section, net: Section, *,
+                      lookup: SystemLookup = system_lookup) -> list[tuple[str, str | None, str | None]]:
+    """``(name, address, error)`` for each name, as :meth:`CachingResolver.first_address` says.
+
+    At most ``net.dns_concurrency`` lookups in flight; each bounded by ``fetch.dns_timeout_s``.
+    The resolve step before generate (``jobs/resolve.py``) runs this inside its Spark tasks.
+    """
+    resolver = CachingResolver(DnsCache(fetch, net, lookup=lookup), AddressGuard(net.allow_private_cidrs))
+    sem = asyncio.Semaphore(int(net.dns_concurrency))
+
+    async def one(name: str) -> tuple[str, str | None, str | None]:
+        async with sem:
+            return (name, *await resolver.first_address(name))
+
+    try:
+        return list(await asyncio.gather(*(one(n) for n in names)))
+    finally:
+        await resolver.close()

@@ -211,13 +211,7 @@ class Fetcher:
         as the connections themselves.
         """
         assert self._resolver is not None, "use Fetcher as an async context manager"
-        try:
-            answers = await self._resolver.resolve(host, 0, socket.AF_UNSPEC)
-        except AddressBlocked:
-            return None, "ssrf_blocked"
-        except (DnsError, OSError):
-            return None, "dns"
-        return (answers[0]["host"], None) if answers else (None, "dns")
+        return await self._resolver.first_address(host)
 
     async def fetch(self, url: str, *, etag: str | None = None, last_modified: str | None = None,
                     accept_robots: bool = False) -> FetchResponse:

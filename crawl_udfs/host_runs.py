@@ -171,4 +171,5 @@ class TaskHosts:
         r.consecutive_failures = state.consecutive_failures
         r.parked, r.park_reason = state.parked, state.park_reason
         r.ip = r.ip or state.ip
+        r.delay_s = self.sched.delay_s(run.name)
         return r

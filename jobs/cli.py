@@ -1,4 +1,4 @@
-"""The ``deltacrawl`` command: the stable external contract (ARCHITECTURE.md).
+"""The ``deltacrawl`` command: the stable external contract (docs/ARCHITECTURE.md).
 
     deltacrawl [--conf FILE.toml] [--set KEY=VALUE]... COMMAND
 

@@ -1,6 +1,6 @@
 """``deltacrawl export --out DIR``: the corpus as WARC files, a Parquet index and a CDXJ index.
 
-Layout written (ARCHITECTURE.md, "External contract"; Common Crawl's layout):
+Layout written (docs/ARCHITECTURE.md, "External contract"; Common Crawl's layout):
 
 - ``DIR/warc/<name>.warc.gz`` — every WARC file a ``fetch_log`` row points into,
   hard-linked from ``storage.root/warc/`` when both are on one local filesystem

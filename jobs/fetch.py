@@ -5,8 +5,8 @@ Guarantees:
 - **Written once.** The fetch is a side effect on the web, so its lineage is
   evaluated by exactly one action: the Delta write of round N's rows of
   ``fetch_output`` (``replaceWhere round = N``). No count, collect or cache
-  touches it; counts are read back from the committed table. (FIELD-NOTES:
-  every action recomputes an unmaterialised lineage.)
+  touches it; counts are read back from the committed table. (Every action
+  recomputes an unmaterialised lineage: docs/ARCHITECTURE.md, "Facts the design rests on".)
 - **Idempotent per round** (ledger): ``fetched``/``updated`` rounds are skipped;
   when ``fetch_output`` already holds round N (a run committed and died before
   the ledger) nothing is fetched again, the WARC files are promoted and the

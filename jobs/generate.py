@@ -1,4 +1,4 @@
-"""generate: pick round N's fetch list from the crawl DB (ARCHITECTURE.md "The round", step 1).
+"""generate: pick round N's fetch list from the crawl DB (docs/ARCHITECTURE.md, "The round", step 1).
 
 A URL is generated when it is *due* (status in ``schemas.status.ELIGIBLE`` and
 ``next_fetch_time <= now``), its host is not parked (``hosts.parked_until`` null
@@ -9,11 +9,18 @@ those, best first by ``score`` desc, then ``next_fetch_time`` asc, then
 ``url_fp`` (a total order, so the list is deterministic): at most
 ``max_per_host`` per host (or the host's ``hosts.round_cap`` when trap
 throttling lowered it) and never more than the host's remaining page budget,
+and, when ``generate.max_urls_per_host`` is 0, never more than
+floor(``fetch.task_budget_s`` / the host's delay): the larger of
+``politeness.host_delay_s``, ``hosts.crawl_delay_s`` and ``hosts.delay_s`` (the
+delay its last fetch task ended with, response times included), so a host with
+Crawl-delay 10 is given what it can be fetched in one task, not ten times that;
 then at most ``top_n`` in all, ``discovery_share`` of it kept for never-fetched
 URLs (status unfetched) and the rest for re-crawl; places one side cannot fill
 go to the other. Each host, or each group of hosts sharing a
 last-known IP, gets one fetch partition: ``pmod(xxhash64(coalesce(ip, host)), n)``,
-a pure column (no DNS; STYLE.md rule 4).
+a pure column (no DNS; STYLE.md rule 4). The addresses come from the fetch
+tasks (via update) and, for hosts never fetched, from the resolve step
+(``jobs/resolve.py``) that ``run`` calls before it reads ``hosts``.
 
 Round logic (the ledger, ``jobs.ledger``): a new round N = last + 1 is opened only
 when the last round is ``updated`` (or there is none); otherwise the unfinished
@@ -51,7 +58,7 @@ import sys
 from typing import Any
 
 from crawl_udfs.config import Config, ConfigError
-from jobs import common, faults, ledger
+from jobs import common, faults, ledger, resolve
 from schemas import counters
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import FETCH_LIST, TABLES
@@ -61,13 +68,30 @@ LIST_COLUMNS = tuple(f.name for f in FETCH_LIST.fields if f.name != "round")
 
 
 def max_urls_per_host(conf: Config) -> int:
-    """``generate.max_urls_per_host``, or when 0, floor(task budget / host delay): no queue outlasts a task."""
+    """``generate.max_urls_per_host``, or when 0, floor(task budget / host delay): no queue outlasts a task.
+
+    Either way it is an upper bound: :func:`select_due` also caps each host by
+    :func:`delay_window_s` over the host's own delay (a configured 40 does not give
+    a host with ``Crawl-delay: 10`` more than it can fetch in the window)."""
     configured = conf.generate.max_urls_per_host
     if configured < 0:
         raise ConfigError(f"generate.max_urls_per_host must be >= 0, got {configured}")
     if configured:
         return configured
-    return max(1, math.floor(conf.fetch.task_budget_s / max(conf.politeness.host_delay_s, 0.001)))
+    return max(1, math.floor(delay_window_s(conf) / max(conf.politeness.host_delay_s, 0.001)))
+
+
+def delay_window_s(conf: Config) -> float:
+    """The time a host's queue must fit in: ``fetch.task_budget_s``."""
+    return float(conf.fetch.task_budget_s)
+
+
+def due_urls(crawldb, now):
+    """The crawl DB rows due at ``now`` (a naive UTC datetime): eligible status, ``next_fetch_time <= now``."""
+    from pyspark.sql import functions as F
+
+    return crawldb.where(F.col("status").isin([s.value for s in ELIGIBLE])
+                         & (F.col("next_fetch_time") <= F.lit(now).cast("timestamp")))
 
 
 def fetch_partitions(spark, conf: Config) -> int:
@@ -79,11 +103,16 @@ def fetch_partitions(spark, conf: Config) -> int:
 
 
 def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_share: float,
-               n_partitions: int, max_pages_per_host: int, max_bytes_per_host: int):
+               n_partitions: int, max_pages_per_host: int, max_bytes_per_host: int,
+               delay_window_s: float | None):
     """The fetch list (FETCH_LIST columns without ``round``, plus a boolean ``discovery``) of ``crawldb`` at ``now``.
 
     ``crawldb`` and ``hosts`` are DataFrames with the CRAWLDB and HOSTS columns
-    (only those read here are needed); ``now`` a naive UTC datetime.
+    (only those read here are needed); ``now`` a naive UTC datetime. With a
+    ``delay_window_s`` (see :func:`delay_window_s`), a host is also given no more
+    than floor(delay_window_s / its delay) URLs, its delay being the larger of
+    ``hosts.delay_s`` (the effective delay its last task ended with) and
+    ``hosts.crawl_delay_s``: a host with Crawl-delay 10 gets a tenth of a 1 s host's.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -96,15 +125,19 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     order = (F.col("score").desc(), F.col("next_fetch_time").asc(), F.col("url_fp").asc())
     now_lit = F.lit(now).cast("timestamp")
 
-    due = (crawldb
-           .where(F.col("status").isin([s.value for s in ELIGIBLE]) & (F.col("next_fetch_time") <= now_lit))
+    due = (due_urls(crawldb, now)
            .select("url_fp", "host", "status", "next_fetch_time", "score", "depth", "redirect_hops", "etag",
                    "last_modified", F.col("digest").alias("prev_digest"),
                    F.col("warc_record_id").alias("prev_warc_record_id"),
                    F.col("warc_fetch_time").alias("prev_fetch_time"), "url"))
-    host_info = hosts.select("host", "ip", "parked_until", "pages_fetched", "bytes_fetched", "round_cap")
-    remaining = F.least(F.lit(int(max_pages_per_host)) - F.coalesce(F.col("pages_fetched"), F.lit(0)),
-                        F.coalesce(F.col("round_cap"), F.lit(max_per_host)))
+    host_info = hosts.select("host", "ip", "parked_until", "pages_fetched", "bytes_fetched", "round_cap",
+                             "delay_s", "crawl_delay_s")
+    caps = [F.lit(int(max_pages_per_host)) - F.coalesce(F.col("pages_fetched"), F.lit(0)),
+            F.coalesce(F.col("round_cap"), F.lit(max_per_host))]
+    if delay_window_s is not None:  # greatest/least skip nulls: a host with no known delay keeps max_per_host
+        delay = F.greatest(F.col("delay_s"), F.col("crawl_delay_s"), F.lit(0.001))
+        caps.append(F.greatest(F.floor(F.lit(float(delay_window_s)) / delay), F.lit(1)))
+    remaining = F.least(*caps)
     allowed = (due.join(host_info, "host", "left")
                .where(F.col("parked_until").isNull() | (F.col("parked_until") <= now_lit))
                .where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))
@@ -146,6 +179,7 @@ def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
             counts = last.get("counts") or {}
             return {"round": last["round"], "resumed": True, "state": last["state"],
                     "generated": counts.get("generated", 0)}
+        resolve.run(spark, conf, now=now)
         crawldb, hosts = common.read(spark, conf, "crawldb"), common.read(spark, conf, "hosts")
         common.read(spark, conf, "fetch_list")  # fail early, with the one-line error, if it is missing
         n = (last["round"] if last else 0) + 1
@@ -155,7 +189,8 @@ def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
                               top_n=conf.generate.top_n, discovery_share=conf.generate.discovery_share,
                               n_partitions=n_partitions,
                               max_pages_per_host=conf.budget.max_pages_per_host,
-                              max_bytes_per_host=conf.budget.max_bytes_per_host).persist(StorageLevel.MEMORY_AND_DISK)
+                              max_bytes_per_host=conf.budget.max_bytes_per_host,
+                              delay_window_s=delay_window_s(conf)).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             row = selected.agg(F.count(F.lit(1)).alias("n"),
                                F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),

@@ -1,4 +1,4 @@
-"""inject: add seed URLs to the crawl DB (ARCHITECTURE.md, "inject FILE|URL...").
+"""inject: add seed URLs to the crawl DB (docs/ARCHITECTURE.md, "External contract").
 
 A source is a URL (it starts with ``http://`` or ``https://``) or a file Spark can
 read (a local path or any URI: ``s3a://…``, ``hdfs://…``): one URL a line; blank

@@ -392,6 +392,8 @@ def hosts_update(hosts: DataFrame, host_rows: DataFrame, counts: DataFrame, *, p
     ``counts`` is :func:`page_counts`, optionally joined with :func:`trap_signals`
     (``t_pages``/``t_exact``/``t_near``, 0 when absent); those three are passed on
     beside the HOSTS columns for :func:`judge_traps`, and the trap state is the old row's.
+    ``delay_s`` is the task's (the old row's when the host had no task); ``resolve_error``
+    is kept only while the host still has no address.
     """
     if "t_pages" not in counts.columns:
         counts = counts.select("*", *[F.lit(0).cast("long").alias(c) for c in ("t_pages", "t_exact", "t_near")])
@@ -427,6 +429,8 @@ def hosts_update(hosts: DataFrame, host_rows: DataFrame, counts: DataFrame, *, p
         r("sitemaps").alias("sitemaps"), r("robots_body").alias("robots_body"),
         *[F.col(f"o_{c}").alias(c) for c in _TRAP_STATE],
         add("near_duplicate_pages", F.col("t_near")).alias("near_duplicate_pages"),
+        F.coalesce(F.col("delay_s"), F.col("o_delay_s")).alias("delay_s"),
+        F.when(F.coalesce(F.col("ip"), F.col("o_ip")).isNull(), F.col("o_resolve_error")).alias("resolve_error"),
         *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in ("t_pages", "t_exact", "t_near")])
 
 

@@ -1,7 +1,7 @@
 """WARC files of fetch tasks: named by (round, partition), staged per attempt, promoted after commit.
 
 Files written by Python code inside a task get no output-commit protocol from
-Spark (FIELD-NOTES, "Python inside Spark tasks"): a failed or duplicated attempt
+Spark (docs/ARCHITECTURE.md, "Facts the design rests on"): a failed or duplicated attempt
 leaves its files behind, and a retried attempt writes files of the same names.
 So (Hadoop's FileOutputCommitter, done by hand):
 

@@ -1,8 +1,8 @@
 """The crawl DB status enum: one line of meaning per state.
 
 Stored as a string in ``crawldb.status`` (readable in SQL). Only ``update``
-moves a URL between states; ``schemas/transitions.md`` in the docstring of
-``jobs/update.py`` gives the table.
+moves a URL between states; the state-transition table is in the docstring
+of ``jobs/update.py``.
 
 There is no "filtered" state: a URL the admission rules reject
 (``crawl_udfs/admission.py``) is counted and never stored. Storing it would

@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from crawl_udfs import config
-from crawl_udfs.dns import AddressBlocked, AddressGuard, CachingResolver, DnsCache, DnsError, parse_hosts
+from crawl_udfs.dns import AddressBlocked, AddressGuard, CachingResolver, DnsCache, DnsError, parse_hosts, resolve_all
 
 HOSTS = """\
 # a comment line
@@ -208,3 +208,36 @@ def test_missing_hosts_file_is_a_clear_error(tmp_path):
     conf = config.defaults().with_overrides(net__hosts_file=str(tmp_path / "nope"))
     with pytest.raises(ValueError, match="net.hosts_file"):
         DnsCache(conf.fetch, conf.net)
+
+
+class CountingLookup(FakeLookup):
+    """FakeLookup that also records the most lookups it saw in flight at once."""
+
+    def __init__(self, answers, delay):
+        super().__init__(answers, delay)
+        self.in_flight = self.peak = 0
+
+    async def __call__(self, name):
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            return await super().__call__(name)
+        finally:
+            self.in_flight -= 1
+
+
+def test_resolve_all_guards_answers_and_bounds_concurrency(tmp_path):
+    """The resolve step's lookup (jobs/resolve.py): first allowed address, or why none; bounded."""
+    conf = _conf(tmp_path, net__dns_concurrency=3, net__allow_private_cidrs=("127.0.0.2/32",))
+    names = [f"n{i}.example" for i in range(12)]
+    fake = CountingLookup({**{n: ["198.51.100.1", "8.8.8.8"] for n in names}, "private.example": ["10.0.0.1"]},
+                          delay=0.01)
+    got = asyncio.run(resolve_all(names + ["two.example", "intranet", "private.example", "nowhere.example",
+                                           "203.0.113.9"], conf.fetch, conf.net, lookup=fake))
+    assert got[:12] == [(n, "8.8.8.8", None) for n in names]  # 198.51.100.0/24 is documentation: refused
+    assert got[12:] == [("two.example", "127.0.0.2", None),    # hosts file; the allowed one of its two
+                        ("intranet", None, "ssrf_blocked"),     # hosts file, private
+                        ("private.example", None, "ssrf_blocked"),
+                        ("nowhere.example", None, "dns"),
+                        ("203.0.113.9", None, "ssrf_blocked")]  # a literal goes through the guard too
+    assert fake.peak == 3

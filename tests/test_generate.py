@@ -33,17 +33,17 @@ def url_row(url: str, *, status: str = "unfetched", due: dt.datetime = PAST, sco
 
 
 def host_row(host: str, *, ip=None, parked_until=None, pages_fetched: int = 0, bytes_fetched: int = 0,
-             round_cap: int | None = None) -> tuple:
+             round_cap: int | None = None, delay_s: float | None = None, crawl_delay_s: float | None = None) -> tuple:
     row = {f.name: None for f in HOSTS.fields}
     row.update(host=host, ip=ip, parked_until=parked_until, pages_fetched=pages_fetched, consecutive_failures=0,
                bytes_fetched=bytes_fetched, requests=0, duplicate_pages=0, new_content_pages=0, updated_round=1,
-               round_cap=round_cap)
+               round_cap=round_cap, delay_s=delay_s, crawl_delay_s=crawl_delay_s)
     return tuple(row[f.name] for f in HOSTS.fields)
 
 
 def select(spark, urls, hosts=(), **kw):
     args = dict(now=NOW, max_per_host=100, top_n=100, discovery_share=0.5, n_partitions=4, max_pages_per_host=1000,
-                max_bytes_per_host=10**9)
+                max_bytes_per_host=10**9, delay_window_s=None)
     args.update(kw)
     df = generate.select_due(spark.createDataFrame(list(urls), CRAWLDB), spark.createDataFrame(list(hosts), HOSTS),
                              **args)
@@ -121,6 +121,50 @@ def test_trap_throttle_round_cap_lowers_the_per_host_cap(spark):
     assert per_host == {"trap.test": 2, "calm.test": 4, "loose.test": 4}
 
 
+def _per_host(rows) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r.host] = out.get(r.host, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("host, want", [
+    ("slow.test", 2),       # hosts.delay_s = 10: a 20 s window holds 2 requests
+    ("robots.test", 4),     # no learnt delay yet, robots Crawl-delay 5: 4
+    ("both.test", 3),       # the larger of the two (6.5 s) counts: floor(20 / 6.5) = 3
+    ("quick.test", 8),      # delay_s 0.5 would allow 40: max_per_host (window / host_delay_s) caps it
+    ("new.test", 8),        # no hosts row: max_per_host
+    ("thrott.test", 1),     # a lower round_cap still wins
+    ("budget.test", 2),     # so does the remaining page budget (48 of 50 fetched)
+])
+def test_per_host_cap_follows_the_effective_delay(spark, host, want):
+    urls = [url_row(f"http://{h}/{i}") for h in ("slow.test", "robots.test", "both.test", "quick.test", "new.test",
+                                               "thrott.test", "budget.test") for i in range(12)]
+    hosts = [host_row("slow.test", delay_s=10.0), host_row("robots.test", crawl_delay_s=5.0),
+             host_row("both.test", delay_s=6.5, crawl_delay_s=2.0), host_row("quick.test", delay_s=0.5),
+             host_row("thrott.test", delay_s=10.0, round_cap=1), host_row("budget.test", pages_fetched=48)]
+    got = _per_host(select(spark, urls, hosts, max_per_host=8, delay_window_s=20.0, max_pages_per_host=50))
+    assert got[host] == want
+
+
+def test_a_fixed_max_urls_per_host_is_an_upper_bound_the_delay_still_caps(spark):
+    conf = config.load(overrides=["generate.max_urls_per_host=5", "fetch.task_budget_s=20"])
+    urls = [url_row(f"http://{h}/{i}") for h in ("slow.test", "quick.test") for i in range(6)]
+    hosts = [host_row("slow.test", delay_s=10.0, crawl_delay_s=10.0), host_row("quick.test", delay_s=1.0)]
+    got = _per_host(select(spark, urls, hosts, max_per_host=generate.max_urls_per_host(conf),
+                           delay_window_s=generate.delay_window_s(conf)))
+    assert got == {"slow.test": 2, "quick.test": 5}
+
+
+@pytest.mark.parametrize("overrides, want", [
+    ([], 900.0),
+    (["fetch.task_budget_s=30"], 30.0),
+    (["generate.max_urls_per_host=7"], 900.0),
+])
+def test_delay_window(overrides, want):
+    assert generate.delay_window_s(config.load(overrides=overrides)) == want
+
+
 def _mixed(n_disc: int, n_re: int, disc_score: float = 1.0, re_score: float = 1.0):
     disc = [url_row(f"http://d{i}.test/", score=disc_score + i) for i in range(n_disc)]
     recrawl = [url_row(f"http://r{i}.test/", status="fetched", score=re_score + i) for i in range(n_re)]
@@ -188,7 +232,7 @@ def test_per_host_cap_is_a_map_side_top_k(spark):
     df = generate.select_due(spark.createDataFrame([url_row("http://a.test/")], CRAWLDB),
                              spark.createDataFrame([], HOSTS), now=NOW, max_per_host=50, top_n=1000,
                              discovery_share=0.5, n_partitions=2, max_pages_per_host=10,
-                             max_bytes_per_host=10**9)
+                             max_bytes_per_host=10**9, delay_window_s=900.0)
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "WindowGroupLimit" in plan and "TakeOrderedAndProject" in plan
 
@@ -207,9 +251,12 @@ def test_derived_max_urls_per_host(overrides, want):
 
 @pytest.fixture(scope="module")
 def conf(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("generate") / "crawl"
+    d = tmp_path_factory.mktemp("generate")
+    root, hosts_file = d / "crawl", d / "hosts"
+    hosts_file.write_text("".join(f"127.10.0.{h + 1} h{h}.test\n" for h in range(3)))  # generate's resolve step: no DNS
     c = config.load(overrides=[f'storage.root="{root}"', "spark.master=local[2]", "spark.shuffle_partitions=4",
-                               "generate.fetch_partitions=3", "generate.top_n=10", "generate.max_urls_per_host=4"])
+                               "generate.fetch_partitions=3", "generate.top_n=10", "generate.max_urls_per_host=4",
+                               f'net.hosts_file="{hosts_file}"'])
     common.ensure_tables(spark, c)
     return c
 

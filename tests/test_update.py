@@ -303,13 +303,18 @@ def test_plan_hosts_counters_and_budget(spark):
     host_rows = [dict(round=1, partition=0, kind="host", host="a.test", requests=5, robots_status=200,
                       robots_fetched_at=T0, robots_expires_at=T0 + sec(86400), crawl_delay_s=2.0,
                       sitemaps=["http://a.test/sm.xml"], ip="127.10.0.1", next_allowed_at=T0 + sec(60),
-                      consecutive_failures=1, parked=True, park_reason="failures", robots_body=b"User-agent: *"),
-                 dict(round=1, partition=1, kind="host", host="b.test", requests=1, parked=False)]
+                      consecutive_failures=1, parked=True, park_reason="failures", robots_body=b"User-agent: *",
+                      delay_s=2.5),
+                 dict(round=1, partition=1, kind="host", host="b.test", requests=1, parked=False),
+                 dict(round=1, partition=1, kind="host", host="d.test", requests=0, parked=False, delay_s=1.0)]
     hosts = [dict(host="a.test", consecutive_failures=0, pages_fetched=8, bytes_fetched=1000, requests=20,
-                  duplicate_pages=1, new_content_pages=3, updated_round=0, robots_status=404),
+                  duplicate_pages=1, new_content_pages=3, updated_round=0, robots_status=404, resolve_error="dns",
+                  delay_s=9.0),
              dict(host="b.test", ip="127.10.0.2", consecutive_failures=0, pages_fetched=0, bytes_fetched=0,
                   requests=0, duplicate_pages=0, new_content_pages=0, updated_round=0, robots_status=200,
-                  robots_fetched_at=FIRST, parked_until=FIRST, park_reason="failures"),
+                  robots_fetched_at=FIRST, parked_until=FIRST, park_reason="failures", delay_s=1.5),
+             dict(host="d.test", consecutive_failures=0, pages_fetched=0, bytes_fetched=0, requests=0,
+                  duplicate_pages=0, new_content_pages=0, updated_round=0, resolve_error="ssrf_blocked"),
              dict(host="c.test", consecutive_failures=0, pages_fetched=40, bytes_fetched=0, requests=40,
                   duplicate_pages=0, new_content_pages=0, updated_round=0)]
     p = update.plan(frame(spark, olds, CRAWLDB), frame(spark, hosts, HOSTS),
@@ -326,6 +331,9 @@ def test_plan_hosts_counters_and_budget(spark):
     # b.test: no robots fetched this round -> cached robots kept; not parked -> old parked_until kept
     assert (hb["pages_fetched"], hb["requests"], hb["robots_status"], hb["robots_fetched_at"]) == (1, 1, 200, FIRST)
     assert (hb["parked_until"], hb["ip"]) == (FIRST, "127.10.0.2")
+    # the effective delay is the task's, else the old row's; resolve_error only while there is no address
+    assert (ha["delay_s"], hb["delay_s"], h["d.test"]["delay_s"]) == (2.5, 1.5, 1.0)
+    assert (ha["resolve_error"], hb["resolve_error"], h["d.test"]["resolve_error"]) == (None, None, "ssrf_blocked")
     src = {r.url: (r["_kind"], r.status) for r in p.crawldb_source.collect()}
     # a.test reached 12 = budget: its unfetched URLs (old, deferred and new) are budget_exhausted
     assert src[a + "left1"] == ("budget", "budget_exhausted")
@@ -333,7 +341,7 @@ def test_plan_hosts_counters_and_budget(spark):
     assert src[a + "fresh"] == ("new", "budget_exhausted")
     assert src[b + "fresh"] == ("new", "unfetched")
     assert src["http://c.test/fresh"] == ("new", "budget_exhausted")   # host at its budget since earlier rounds
-    assert set(h) == {"a.test", "b.test"}                                # c.test's row is not rewritten
+    assert set(h) == {"a.test", "b.test", "d.test"}                      # c.test's row is not rewritten
     assert a + "left2" not in src and b + "left" not in src     # not unfetched / host under budget
     assert src[a + "dup"] == ("update", "duplicate") and src[a + "ok"] == ("update", "fetched")
     assert len(src) == p.crawldb_source.count()                  # one row per url_fp

@@ -1,0 +1,108 @@
+"""resolve: learn the address of every due host with none, before generate partitions by it.
+
+Why. Generate puts each host in fetch partition ``pmod(xxhash64(coalesce(ip, host)), n)``,
+so that hosts sharing an address meet in one task, whose scheduler holds the per-IP cap
+(``politeness.max_in_flight_per_ip``). A host never fetched has no ``hosts.ip``; without
+this step it is partitioned by name, and three names on one address can sit in three
+tasks, each allowing the cap: the cap then holds per task, not per address.
+
+What it does (called by ``jobs.generate.run`` when it opens a round, before it reads
+``hosts``):
+
+1. :func:`unknown_hosts`: the distinct hosts of the URLs due now
+   (``jobs.generate.due_urls``, the same rule generate selects by) whose ``hosts`` row
+   is missing or has ``ip`` null.
+2. Those hosts are spread over ``generate.fetch_partitions`` Spark tasks; each task looks
+   them up through :func:`crawl_udfs.dns.resolve_all`: the hosts file
+   (``net.hosts_file``), then the system resolver bounded by ``fetch.dns_timeout_s``,
+   at most ``net.dns_concurrency`` lookups in flight, and the SSRF guard
+   (``net.allow_private_cidrs``), exactly as a fetch task resolves. No lookup happens in
+   the driver or in a partitioner (STYLE.md rule 4).
+3. One MERGE into ``hosts``: a missing row is inserted (counters 0, ``updated_round``
+   0, so the round's update still merges into it); an existing row with ``ip`` null gets
+   the address. A host that does not resolve, or resolves only to refused addresses,
+   keeps ``ip`` null (it is partitioned by name, and its fetch task finds the same
+   answer and reports ``dns`` / ``ssrf_blocked`` for its URLs) and its row records why in
+   ``resolve_error``; a later round tries again while its URLs are still due.
+
+The crawl DB is never written here (only update does); ``hosts`` is, and only its
+``ip`` / ``resolve_error`` for hosts that had no address. Idempotent: a rerun finds
+nothing unknown but the hosts that did not resolve. When nothing is unknown the cost is
+one small job (the due scan, pushed down as in generate) and no commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from crawl_udfs.config import Config
+from jobs import common
+from schemas.tables import HOSTS
+
+#: Columns of the task output: the host, its first guard-approved address, or why none.
+RESOLVED_COLUMNS = ("host", "ip", "resolve_error")
+
+
+def unknown_hosts(due, hosts):
+    """Distinct ``host`` of the ``due`` crawl DB rows with no ``hosts`` row or a null ``ip``."""
+    from pyspark.sql import functions as F
+
+    known = hosts.where(F.col("ip").isNotNull()).select("host")
+    return due.select("host").distinct().join(known, "host", "left_anti")
+
+
+def new_host_rows(resolved):
+    """HOSTS rows for hosts first seen here: the address (or why none), counters 0, round 0."""
+    from pyspark.sql import functions as F
+
+    zero = [F.lit(0).cast(f.dataType).alias(f.name) for f in HOSTS.fields
+            if not f.nullable and f.name not in RESOLVED_COLUMNS]
+    return resolved.select(*RESOLVED_COLUMNS, *zero)
+
+
+class ResolveTask:
+    """The ``mapInArrow`` function: host names in, RESOLVED_COLUMNS rows out (pickles: two Sections)."""
+
+    def __init__(self, conf: Config):
+        self.fetch, self.net = conf.fetch, conf.net
+
+    def __call__(self, batches: Iterator) -> Iterator:
+        import asyncio
+
+        import pyarrow as pa
+
+        from crawl_udfs.dns import resolve_all
+
+        names = [h for b in batches for h in b.column("host").to_pylist()]
+        if not names:
+            return
+        rows = asyncio.run(resolve_all(names, self.fetch, self.net))
+        yield pa.RecordBatch.from_arrays([pa.array(list(c), pa.string()) for c in zip(*rows)],
+                                         names=list(RESOLVED_COLUMNS))
+
+
+def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
+    """Resolve the due hosts with no address and write ``hosts.ip``. Returns the counts."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType, StringType
+
+    from jobs.generate import due_urls, fetch_partitions
+
+    now = now or common.now_utc()
+    unknown = unknown_hosts(due_urls(common.read(spark, conf, "crawldb"), now), common.read(spark, conf, "hosts"))
+    schema = StructType([StructField(c, StringType()) for c in RESOLVED_COLUMNS])
+    resolved = (unknown.repartition(fetch_partitions(spark, conf))
+                .mapInArrow(ResolveTask(conf), schema)
+                .persist(StorageLevel.MEMORY_AND_DISK))  # one lookup per host: the MERGE reads its source twice
+    try:
+        row = resolved.agg(F.count(F.lit(1)).alias("n"), F.count("ip").alias("ok")).collect()[0]
+        if row.n:
+            source = new_host_rows(resolved)
+            (common.table(spark, conf, "hosts").alias("t").merge(source.alias("s"), "t.host = s.host")
+             .whenMatchedUpdate(condition="t.ip IS NULL", set={"ip": "s.ip", "resolve_error": "s.resolve_error"})
+             .whenNotMatchedInsert(values={c: f"s.`{c}`" for c in source.columns})
+             .execute())
+    finally:
+        resolved.unpersist()
+    return {"resolved_hosts": row.ok, "unresolved_hosts": row.n - row.ok}
