@@ -132,6 +132,9 @@ def _run(spark, conf, args) -> int:
     elif args.command == "status":
         from jobs import status
         print(status.hosts_report(spark, conf) if args.hosts else status.report(spark, conf))
+        from jobs import lease
+        held = lease.holder(spark, conf)
+        print(f"writer: {held.describe() if held else 'none (the crawl lease is free)'}")
     return 0
 
 

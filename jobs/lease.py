@@ -94,12 +94,14 @@ class _Store:
         self._fs = self._dir.getFileSystem(self._hconf)
         self._log = getattr(getattr(jvm.org.apache.spark.sql.delta.storage, "LogStore$"), "MODULE$").apply(
             spark._jsparkSession)
-        self._fs.mkdirs(self._dir)
+        self._made = False  # the directory is made by the first write, so readers never write
 
     def _path(self, seq: int):
         return self._jvm.org.apache.hadoop.fs.Path(self._dir, f"{seq:020d}.json")
 
     def latest(self) -> Record | None:
+        if not self._fs.exists(self._dir):
+            return None
         seqs = [int(s.getPath().getName()[:-5]) for s in self._fs.listStatus(self._dir)
                 if s.getPath().getName().endswith(".json") and s.getPath().getName()[:-5].isdigit()]
         for seq in sorted(seqs, reverse=True):  # the newest readable one (an older one may be mid-removal)
@@ -118,6 +120,8 @@ class _Store:
         lines = self._jvm.java.util.ArrayList()
         lines.add(json.dumps(asdict(rec)))
         it = self._jvm.scala.jdk.javaapi.CollectionConverters.asScala(lines.iterator())
+        if not self._made:
+            self._made = bool(self._fs.mkdirs(self._dir))
         try:
             self._log.write(self._path(rec.seq), it, False, self._hconf)
         except Exception as e:  # noqa: BLE001 - Py4JJavaError wrapping java.nio.file.FileAlreadyExistsException
