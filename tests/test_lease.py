@@ -221,6 +221,7 @@ def _rounds(spark, overlay: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # two JVMs and a whole round: minutes on a loaded 2-core machine
 def test_two_rounds_started_together_one_runs_the_other_refuses(spark, web, tmp_path):
     from tests.test_crash import run_cli
     overlay = _crawl(spark, tmp_path, web)
@@ -250,6 +251,7 @@ def test_two_rounds_started_together_one_runs_the_other_refuses(spark, web, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_killed_holder_is_taken_over_cleanly(spark, web, tmp_path):
     """SIGKILL inside the fetch, then a rerun at once: the dead pid's lease is taken without waiting
     for its expiry (ttl 120 s), the round is finished, and the server saw no request too close."""
