@@ -2,7 +2,10 @@
 
 Thin by design (STYLE.md rule 12): each task calls the project's CLI, which
 reads the round ledger, so a retried or re-run task resumes its round instead
-of repeating it. ``max_active_runs=1``: never two rounds at once. Airflow runs
+of repeating it. ``max_active_runs=1``: never two rounds at once; a retry
+that starts while the first attempt still runs (or a person's ``crawl`` on the
+same storage.root) is refused by the crawl lease (exit status 3) and retried
+after ``retry_delay``, by then past the dead attempt's ``lease.ttl_s``. Airflow runs
 in its own environment (the Spark provider breaks pyspark 4.0.1: docs/ARCHITECTURE.md);
 ``DELTACRAWL`` names the deltacrawl executable of the crawler's venv and
 ``DELTACRAWL_CONF`` its configuration overlay.

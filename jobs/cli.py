@@ -4,7 +4,13 @@
 
 Every failure an operator can cause (bad configuration, missing tables,
 unreachable storage, no Java) ends in one line on stderr and exit status 2;
-``--debug`` shows the traceback as well.
+``--debug`` shows the traceback as well. This is the one entry point: the job
+modules have no ``main()`` of their own.
+
+The verbs that write (:data:`WRITERS`) run holding the crawl lease
+(:mod:`jobs.lease`): a second writer on the same ``storage.root`` exits at once
+with status 3 and one line naming the holder. ``sql``, ``status`` and ``export``
+only read committed snapshots and run beside a writer.
 """
 
 from __future__ import annotations
@@ -17,6 +23,11 @@ import sys
 from crawl_udfs import config
 from crawl_udfs.config import ConfigError
 
+#: Commands that write under storage.root, so hold the crawl lease.
+WRITERS = ("init", "inject", "generate", "fetch", "update", "round", "crawl")
+#: Exit status of a writer refused because another one holds the lease.
+EXIT_LEASE_HELD = 3
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="deltacrawl", description="A polite batch web crawler on Spark + Delta Lake.")
@@ -24,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override one key, e.g. --set politeness.host_delay_s=2")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--force", action="store_true",
+                   help="take the crawl lease even from a live holder. RISKS: if that holder still runs, two "
+                        "fetchers hit the same web (requests closer than the host delay) until it notices at its "
+                        "next renewal, and Delta conflicts fail steps; use only when the holder is surely gone")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("init", help="create or upgrade the tables (idempotent)")
     inj = sub.add_parser("inject", help="add seeds (files with one URL a line, or URLs)")
@@ -53,8 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         conf = config.load(args.conf, args.overrides)
         return _dispatch(args, conf)
     except ConfigError as e:
+        from jobs.lease import LeaseHeld
         if args.debug or os.environ.get("DELTACRAWL_DEBUG"):
             raise
+        if isinstance(e, LeaseHeld):
+            print(f"deltacrawl: {args.command} refused: {e}", file=sys.stderr)
+            return EXIT_LEASE_HELD
         print(f"deltacrawl: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -68,18 +87,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(e).__name__}: {first}"[:500]
-
-
 def _dispatch(args, conf) -> int:
-    from jobs import common
+    from jobs import lease
     from jobs.session import build_session
 
     spark = build_session(conf, app_suffix=args.command)
     _check_storage(spark, conf)
+    if args.command not in WRITERS:
+        return _run(spark, conf, args)
+    with lease.hold(spark, conf, args.command, force=args.force, out=sys.stderr):
+        return _run(spark, conf, args)
+
+
+def _run(spark, conf, args) -> int:
+    from jobs import common
+
     if args.command == "init":
         changed = common.ensure_tables(spark, conf)
         print("\n".join(changed) if changed else "tables up to date", f"under {common.root(conf)}")
@@ -110,6 +132,9 @@ def _dispatch(args, conf) -> int:
     elif args.command == "status":
         from jobs import status
         print(status.hosts_report(spark, conf) if args.hosts else status.report(spark, conf))
+        from jobs import lease
+        held = lease.holder(spark, conf)
+        print(f"writer: {held.describe() if held else 'none (the crawl lease is free)'}")
     return 0
 
 
@@ -123,11 +148,11 @@ def _check_storage(spark, conf) -> None:
         fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
         fs.mkdirs(path)
     except Exception as e:  # noqa: BLE001
-        raise ConfigError(f"storage.root {root} is not reachable: {_one_line(e)}") from None
+        raise ConfigError(f"storage.root {root} is not reachable: {common.error_line(e)}") from None
 
 
 def _print_counts(verb: str, counts: dict) -> None:
-    items = ", ".join(f"{k}={v}" for k, v in counts.items())
+    items = ", ".join(f"{k}={v}" for k, v in counts.items() if k != "row")  # row: the ledger row, for rounds.crawl
     print(f"{verb}: {items}")
 
 

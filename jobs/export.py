@@ -53,13 +53,10 @@ executor sees under the same path).
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import os
 import re
 import shutil
-import sys
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -355,27 +352,3 @@ def run(spark, conf: Config, out_dir: str) -> dict[str, int]:
     for s in SUBSETS:
         counts[f"index_{s}"] = by_subset.get(s, 0)
     return counts
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.export --out DIR [--conf F] [--set k=v]``; ``deltacrawl export`` does the same."""
-    from crawl_udfs import config
-    from jobs.session import build_session
-
-    p = argparse.ArgumentParser(prog="deltacrawl-export", description="Export WARC files, Parquet and CDXJ index.")
-    p.add_argument("--conf", action="append", default=[], help="TOML overlay (repeatable)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
-    p.add_argument("--out", required=True, metavar="DIR", help="export directory")
-    args = p.parse_args(argv)
-    try:
-        conf = config.load(args.conf, args.set)
-        result = run(build_session(conf, app_suffix="export"), conf, args.out)
-    except ConfigError as e:
-        print(f"deltacrawl export: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,16 +29,13 @@ is the function shipped to the tasks (plain Python + Arrow, no session);
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
-import sys
 import tempfile
 from functools import partial
 from typing import Any, Iterable, Iterator
 
-from crawl_udfs.config import Config, ConfigError
+from crawl_udfs.config import Config
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
 from crawl_udfs.url_normalize import host_of
@@ -230,25 +227,22 @@ def _promote(spark, conf: Config, round_no: int) -> dict[str, int]:
     return warc_staging.promote(common.warc_root(conf), round_no, [(r[0], r[1]) for r in pairs])
 
 
-def run(spark, conf: Config, *, round_no: int | None = None) -> dict:
+def run(spark, conf: Config, *, round_no: int | None = None, row: dict | None = None) -> dict:
     """Fetch round ``round_no`` (default: the last in the ledger) when it is ``generated`` or ``fetching``.
 
-    A round already ``fetched``/``updated`` is left alone: its counts come back with
-    ``skipped=True``. A round found ``fetching`` is a resume after a crash: every task
-    gets ``retried=True`` (one host delay before the first request to each host).
+    ``row`` is that round's ledger row when the caller has it. A round already
+    ``fetched``/``updated`` is left alone: its counts come back with ``skipped=True``.
+    A round found ``fetching`` is a resume after a crash: every task gets
+    ``retried=True`` (one host delay before the first request to each host).
+    The ledger row written comes back under ``row``.
     """
     with common.Timer() as timer:
-        row = ledger.get_round(spark, conf, round_no) if round_no is not None else ledger.last_round(spark, conf)
-        if row is None:
-            which = "no round" if round_no is None else f"no round {round_no}"
-            raise ConfigError(f"{which} in the ledger: run generate first")
-        n, state = int(row["round"]), row["state"]
-        if ledger.rank(state) >= ledger.rank("fetched"):
-            return {"round": n, "state": state, "skipped": True, **(row.get("counts") or {})}
-        if state not in ("generated", "fetching"):
-            raise ValueError(f"round {n} is in state {state!r}; fetch needs generated or fetching")
+        st = ledger.step(spark, conf, "fetch", round_no=round_no, row=row)
+        n, row = st.round, st.row
+        if st.action == "skip":
+            return {"round": n, "state": row["state"], "skipped": True, **(row.get("counts") or {}), "row": row}
         committed = common.read(spark, conf, "fetch_output").where(f"round = {n}").limit(1).count() > 0
-        resumed = state == "fetching"
+        resumed = st.action == "resume"
         if not committed:
             if not resumed:
                 row = ledger.set_state(spark, conf, n, "fetching", old=row)
@@ -257,9 +251,9 @@ def run(spark, conf: Config, *, round_no: int | None = None) -> dict:
         warc = _promote(spark, conf, n)
         counts = round_counts(spark, conf, n)
     seconds = {"fetch": timer.seconds}
-    ledger.set_state(spark, conf, n, "fetched", counts=counts, seconds=seconds, old=row)
+    row = ledger.set_state(spark, conf, n, "fetched", counts=counts, seconds=seconds, old=row)
     return {"round": n, "state": "fetched", "skipped": False, "resumed": resumed, "refetched": not committed,
-            **counts, "warc": warc, "seconds": seconds}
+            **counts, "warc": warc, "seconds": seconds, "row": row}
 
 
 def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> None:
@@ -281,28 +275,3 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
             spark.conf.unset(key)
         else:
             spark.conf.set(key, old)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from crawl_udfs import config
-    from jobs.session import build_session
-
-    p = argparse.ArgumentParser(prog="deltacrawl-fetch", description="Fetch a generated round.")
-    p.add_argument("--conf", action="append", default=[], help="TOML overlay (repeatable)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
-    p.add_argument("--round", type=int, default=None, help="round number (default: the last in the ledger)")
-    args = p.parse_args(argv)
-    try:
-        conf = config.load(args.conf, args.set)
-        spark = build_session(conf, app_suffix="fetch")
-        common.register_tables(spark, conf)
-        result = run(spark, conf, round_no=args.round)
-    except ConfigError as e:
-        print(f"deltacrawl fetch: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

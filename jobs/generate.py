@@ -22,7 +22,7 @@ a pure column (no DNS; STYLE.md rule 4). The addresses come from the fetch
 tasks (via update) and, for hosts never fetched, from the resolve step
 (``jobs/resolve.py``) that ``run`` calls before it reads ``hosts``.
 
-Round logic (the ledger, ``jobs.ledger``): a new round N = last + 1 is opened only
+Round logic (the protocol is ``jobs.ledger.step``): a new round N = last + 1 is opened only
 when the last round is ``updated`` (or there is none); otherwise the unfinished
 round's number is returned and nothing is written. The list is written with a
 ``replaceWhere round = N`` overwrite, then the ledger says ``generated``: a crash
@@ -51,10 +51,7 @@ selected rows, counts them once and writes them from the cache.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 from typing import Any
 
 from crawl_udfs.config import Config, ConfigError
@@ -168,23 +165,24 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     return chosen.withColumn("partition", partition).select(*LIST_COLUMNS, "discovery")
 
 
-def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
-    """Open round N and write its fetch list, or report the unfinished round. Returns the counts."""
+def run(spark, conf: Config, *, now=None, row: dict | None = None) -> dict[str, Any]:
+    """Open round N and write its fetch list, or report the unfinished round. Returns the counts
+    (and under ``row`` the ledger row written). ``row`` is the last round's row when the caller has it."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     with common.Timer() as timer:
-        last = ledger.last_round(spark, conf)
-        if last is not None and last["state"] != "updated":
-            counts = last.get("counts") or {}
-            return {"round": last["round"], "resumed": True, "state": last["state"],
-                    "generated": counts.get("generated", 0)}
+        st = ledger.step(spark, conf, "generate", row=row)
+        if st.action == "skip":
+            counts = st.row.get("counts") or {}
+            return {"round": st.round, "resumed": True, "state": st.row["state"],
+                    "generated": counts.get("generated", 0), "row": st.row}
+        now = now or common.now_utc()
         resolve.run(spark, conf, now=now)
         crawldb, hosts = common.read(spark, conf, "crawldb"), common.read(spark, conf, "hosts")
         common.read(spark, conf, "fetch_list")  # fail early, with the one-line error, if it is missing
-        n = (last["round"] if last else 0) + 1
+        n = st.round
         n_partitions = fetch_partitions(spark, conf)
-        now = now or common.now_utc()
         selected = select_due(crawldb, hosts, now=now, max_per_host=max_urls_per_host(conf),
                               top_n=conf.generate.top_n, discovery_share=conf.generate.discovery_share,
                               n_partitions=n_partitions,
@@ -192,10 +190,10 @@ def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
                               max_bytes_per_host=conf.budget.max_bytes_per_host,
                               delay_window_s=delay_window_s(conf)).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            row = selected.agg(F.count(F.lit(1)).alias("n"),
+            agg = selected.agg(F.count(F.lit(1)).alias("n"),
                                F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),
                                F.countDistinct("host").alias("h")).collect()[0]
-            if row.n == 0:
+            if agg.n == 0:
                 return {"round": None, "generated": 0}
             out = common.conform(selected.withColumn("round", F.lit(n)), TABLES["fetch_list"])
             (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
@@ -203,30 +201,8 @@ def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
             faults.point("generate.after_write")
         finally:
             selected.unpersist()
-    counts = counters.checked("generate", {"generated": row.n, "generated_discovery": row.d,
-                                           "generated_recrawl": row.n - row.d, "generated_hosts": row.h})
-    ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds}, old={},
-                     n_partitions=n_partitions)
-    return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts}
-
-
-def main(argv: list[str] | None = None) -> int:
-    from crawl_udfs import config
-    from jobs.session import build_session
-
-    p = argparse.ArgumentParser(prog="deltacrawl-generate", description="Write the next round's fetch list.")
-    p.add_argument("--conf", action="append", default=[], help="TOML overlay (repeatable)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
-    args = p.parse_args(argv)
-    try:
-        conf = config.load(args.conf, args.set)
-        result = run(build_session(conf, app_suffix="generate"), conf)
-    except ConfigError as e:
-        print(f"deltacrawl generate: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    counts = counters.checked("generate", {"generated": agg.n, "generated_discovery": agg.d,
+                                           "generated_recrawl": agg.n - agg.d, "generated_hosts": agg.h})
+    written = ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds},
+                               old=st.row, n_partitions=n_partitions)
+    return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts, "row": written}

@@ -27,10 +27,7 @@ twice leaves the table at the same version.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 from typing import Any, Iterable, Iterator
 
 from crawl_udfs.config import Config, ConfigError
@@ -184,28 +181,3 @@ def _merge(spark, conf: Config, source, *, boost: float | None, now) -> None:
             "next_fetch_time": F.least(F.col("t.next_fetch_time"), F.lit(now).cast("timestamp")),
         })
     merge.whenNotMatchedInsertAll().execute()
-
-
-def main(argv: list[str] | None = None) -> int:
-    from crawl_udfs import config
-    from jobs.session import build_session
-
-    p = argparse.ArgumentParser(prog="deltacrawl-inject", description="Add seed URLs to the crawl DB.")
-    p.add_argument("--conf", action="append", default=[], help="TOML overlay (repeatable)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
-    p.add_argument("--boost", type=float, default=None,
-                   help="raise the score of seeds already known to at least this, and make them due now")
-    p.add_argument("sources", nargs="+", metavar="FILE|URL")
-    args = p.parse_args(argv)
-    try:
-        conf = config.load(args.conf, args.set)
-        result = run(build_session(conf, app_suffix="inject"), conf, args.sources, boost=args.boost)
-    except ConfigError as e:
-        print(f"deltacrawl inject: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

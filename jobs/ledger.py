@@ -1,32 +1,90 @@
-"""The round ledger (``rounds`` table): what makes rounds resumable and idempotent.
+"""The round ledger (``rounds`` table) and the round protocol: what makes rounds resumable and idempotent.
 
-A round moves ``generated -> fetching -> fetched -> updated``. Each verb reads
-the ledger first: it does nothing for a round already past its step, and
-finishes a round stuck inside its step. Rows are written by MERGE on ``round``.
+A round moves ``generated -> fetching -> fetched -> updated``. :func:`step` is
+the one place that decides, from a round's row, what a verb does with it:
+run it, resume it (a crash left it inside the verb's step), skip it (already
+past the step) or refuse it (:class:`RoundError`: an earlier step is missing).
+
+Every write is a compare-and-set: :func:`set_state` names the state it expects
+the row to be in (the state of the row the caller read, ``old``; no row for a
+new round) and the MERGE updates only when the stored row still is in it, so a
+stale writer can never move a round backwards (:class:`StaleRound`). Writes
+check the crawl lease first (:func:`jobs.lease.check`): a command that lost its
+lease stops before writing.
 
 Every read and write of this tiny table is a Spark job plus a Delta snapshot
 (about 0.5 s and 2.5 s on a quiet laptop), so a round does as few as it can:
-each verb reads its round once and hands that row to :func:`set_state`
-(``old=``), which returns the row it wrote. ``rounds.crawl`` adds one read
-before the round (to resume an unfinished one) and one for its summary; it
-does not yet hand rows to the verbs, so generate, fetch and update each read
-the round again (about five reads and four writes a round). One writer at a time is assumed (the
-Airflow DAG runs one round at a time).
+``rounds.crawl`` reads the last round once and hands each verb the row the
+previous one wrote (one read and five writes a round: generated, fetching,
+fetched, update's snapshot versions, updated).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from crawl_udfs.config import Config
+from crawl_udfs.config import Config, ConfigError
+from jobs import lease
 from jobs.common import conform, now_utc, read, table
 from schemas.tables import TABLES
 
 STATES = ("generated", "fetching", "fetched", "updated")
 
+#: verb: (state it starts from, state a crash leaves inside its step or None, state it ends in)
+STEPS = {"generate": ("updated", None, "generated"),
+         "fetch": ("generated", "fetching", "fetched"),
+         "update": ("fetched", None, "updated")}
+
+
+class RoundError(ConfigError):
+    """A verb was asked for a round it cannot take (not in the ledger, or an earlier step missing)."""
+
+
+class StaleRound(RoundError):
+    """The round's stored state is not the one the writer expected: another writer moved it."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """What ``verb`` does: ``action`` "run", "resume" or "skip" for round ``round`` (row ``row``)."""
+
+    verb: str
+    action: str
+    round: int
+    row: dict
+
 
 def rank(state: str | None) -> int:
     return STATES.index(state) if state in STATES else -1
+
+
+def step(spark, conf: Config, verb: str, *, round_no: int | None = None, row: dict | None = None) -> Step:
+    """The round protocol, once: what ``verb`` does for round ``round_no`` (default: the last).
+
+    ``row`` is that round's ledger row when the caller has it (``rounds.crawl``); else it is read.
+    generate takes the last round: a new round N+1 when it is ``updated`` (or the ledger is
+    empty), else it skips and the unfinished round is returned for the others to finish.
+    """
+    start, inside, end = STEPS[verb]
+    if row is None:
+        row = get_round(spark, conf, round_no) if round_no is not None else last_round(spark, conf)
+    if verb == "generate":
+        if row is None or row["state"] == start:
+            return Step(verb, "run", (int(row["round"]) if row else 0) + 1, {})
+        return Step(verb, "skip", int(row["round"]), row)
+    if row is None:
+        where = "the round ledger is empty" if round_no is None else f"round {round_no} is not in the round ledger"
+        raise RoundError(f"nothing to {verb}: {where} (run generate first)")
+    n, state = int(row["round"]), row["state"]
+    if rank(state) >= rank(end):
+        return Step(verb, "skip", n, row)
+    if state == inside:
+        return Step(verb, "resume", n, row)
+    if state == start:
+        return Step(verb, "run", n, row)
+    before = next(v for v, s in STEPS.items() if s[2] == start)
+    raise RoundError(f"round {n} is {state}, not {start}: run {before} for it before {verb}")
 
 
 def last_round(spark, conf: Config) -> dict[str, Any] | None:
@@ -42,12 +100,15 @@ def get_round(spark, conf: Config, n: int) -> dict[str, Any] | None:
 def set_state(spark, conf: Config, n: int, state: str, *, counts: dict[str, int] | None = None,
               seconds: dict[str, float] | None = None, old: dict[str, Any] | None = None,
               **fields: Any) -> dict[str, Any]:
-    """Upsert round ``n`` with ``state``; maps are merged into what the row already holds.
+    """Move round ``n`` to ``state`` from the state of ``old``; maps are merged into what ``old`` holds.
 
     ``old`` is round ``n``'s row as the caller last read or wrote it (``{}`` for a
-    round not in the ledger yet); without it the row is read first. Returns the row written.
+    round not in the ledger yet); without it the row is read first. The write is a
+    compare-and-set on ``old``'s state: :class:`StaleRound` when the stored row is
+    no longer in it. Returns the row written.
     """
     assert state in STATES, state
+    lease.check()
     if old is None:
         old = get_round(spark, conf, n) or {}
     elif old and int(old["round"]) != int(n):
@@ -62,6 +123,16 @@ def set_state(spark, conf: Config, n: int, state: str, *, counts: dict[str, int]
     row["counts"] = {**(old.get("counts") or {}), **(counts or {})}
     row["seconds"] = {**(old.get("seconds") or {}), **(seconds or {})}
     df = conform(spark.createDataFrame([row], TABLES["rounds"].schema), TABLES["rounds"])
-    (table(spark, conf, "rounds").alias("t").merge(df.alias("s"), "t.round = s.round")
-     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+    merge = table(spark, conf, "rounds").alias("t").merge(df.alias("s"), "t.round = s.round")
+    expected = old.get("state")
+    if expected is None:
+        merge = merge.whenNotMatchedInsertAll()
+    else:
+        assert expected in STATES, expected
+        merge = merge.whenMatchedUpdateAll(condition=f"t.state = '{expected}'")
+    if merge.execute().collect()[0]["num_affected_rows"] != 1:
+        now = get_round(spark, conf, n)
+        found = f"it is {now['state']}" if now else "it is not in the ledger"
+        raise StaleRound(f"round {n}: expected {expected or 'no row'} before moving it to {state}, but {found}: "
+                         f"another writer changed the ledger")
     return row

@@ -1,7 +1,9 @@
 """``deltacrawl round`` / ``crawl --rounds N``: the verbs in order, resumable.
 
-Each round: finish the last round if a crash left it open (fetch and/or
-update, as the ledger says), else generate -> fetch -> update. Stops early
+Each round: generate -> fetch -> update, each verb deciding from the ledger
+row (``jobs.ledger.step``) whether it runs, resumes or skips, so a round a
+crash left open is finished first. The ledger is read once; each verb hands
+the row it wrote to the next. Stops early
 when nothing is due. Prints one readable summary per round; the same counts
 are in the ``rounds`` table (each verb writes its own into the ledger).
 """
@@ -21,22 +23,19 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
     from jobs import fetch, generate, update
 
     done = 0
+    row = ledger.last_round(spark, conf)  # the one ledger read; each verb hands on the row it wrote
     while done < rounds:
         t0 = time.perf_counter()
-        last = ledger.last_round(spark, conf)  # the one ledger read of the round before its summary
-        if last is not None and last["state"] != "updated":
-            n, state = last["round"], last["state"]
-            print(f"round {n}: resuming from state {state}", file=out)
-        else:
-            g = generate.run(spark, conf)
-            n, state = g.get("round"), "generated"
-            if n is None:
-                print("nothing is due: stopping", file=out)
-                break
-        if ledger.rank(state) < ledger.rank("fetched"):
-            fetch.run(spark, conf, round_no=n)
-        update.run(spark, conf, round_no=n, round_started=t0)
-        print(summary(ledger.get_round(spark, conf, n)), file=out)
+        g = generate.run(spark, conf, row=row)
+        if g["round"] is None:
+            print("nothing is due: stopping", file=out)
+            break
+        row = g["row"]
+        if g["resumed"]:
+            print(f"round {g['round']}: resuming from state {row['state']}", file=out)
+        row = fetch.run(spark, conf, row=row)["row"]
+        row = update.run(spark, conf, row=row, round_started=t0)["row"]
+        print(summary(row), file=out)
         done += 1
     return done
 

@@ -113,7 +113,9 @@ outlink edge (followed or not) once per (src, dst, kind).
 
 Idempotence: every input is read at one pinned version. ``now`` defaults to the
 round's ``fetched_at``, and the crawl DB and hosts are read as they were before
-this round's first MERGE (found by its commit ``userMetadata``), so a rerun
+this round's first MERGE: before it, update records their versions in the
+round's ledger row (``crawldb_version``, ``hosts_version``) and reads them
+``versionAsOf`` those, however many commits came since, so a rerun
 after a crash computes the same rows; the guards and txn versions make the
 writes that already happened no-ops.
 
@@ -148,15 +150,12 @@ keep the frontier size in the ledger as a running sum of the statuses changed.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import itertools
-import json
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from crawl_udfs.config import Config, ConfigError
+from crawl_udfs.config import Config
 from jobs import common, faults, ledger
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
@@ -164,8 +163,6 @@ from schemas import counters
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import CRAWLDB, HOSTS, TABLES
 
-#: Commits of crawldb/hosts looked back through for this round's first MERGE.
-HISTORY_LOOKBACK = 50
 _META = "spark.databricks.delta.commitInfo.userMetadata"
 
 
@@ -210,22 +207,27 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
 
 
 def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | None = None,
-        round_started: float | None = None) -> dict:
+        round_started: float | None = None, row: dict | None = None) -> dict:
     """Update round ``round_no`` (default: the last). ``round_started`` (a ``time.perf_counter()``
-    value, from ``rounds.crawl``) also records the round's wall time as ``seconds.round``."""
+    value, from ``rounds.crawl``) also records the round's wall time as ``seconds.round``; ``row`` is
+    the round's ledger row when the caller has it. The ledger row written comes back under ``row``."""
     import time
 
     from pyspark.sql import functions as F
 
     with common.Timer() as timer:
-        n, row = _round(spark, conf, round_no)
-        if row["state"] == "updated":
+        st = ledger.step(spark, conf, "update", round_no=round_no, row=row)
+        n, row = st.round, st.row
+        if st.action == "skip":
             _remove(staging_dir(conf, n))  # left by a crash between the ledger write and its removal
-            return {"round": n, "skipped": True, "state": "updated"}
+            return {"round": n, "skipped": True, "state": row["state"], "row": row}
         now = now or row.get("fetched_at") or common.now_utc()
         tag = f"deltacrawl update round {n}"
-        crawldb = _before(spark, conf, "crawldb", tag)
-        hosts = _before(spark, conf, "hosts", tag)
+        if row.get("crawldb_version") is None or row.get("hosts_version") is None:
+            row = ledger.set_state(spark, conf, n, "fetched", old=row, crawldb_version=_version(spark, conf, "crawldb"),
+                                   hosts_version=_version(spark, conf, "hosts"))
+        crawldb = _at(spark, conf, "crawldb", row["crawldb_version"])
+        hosts = _at(spark, conf, "hosts", row["hosts_version"])
         fetch_output = common.read(spark, conf, "fetch_output").where(F.col("round") == n)
         fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
         stage = staging_dir(conf, n)
@@ -252,9 +254,10 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
     seconds = {"update": timer.seconds}
     if round_started is not None:
         seconds["round"] = time.perf_counter() - round_started
-    ledger.set_state(spark, conf, n, "updated", counts=counters.checked("update", counts), seconds=seconds, old=row)
+    row = ledger.set_state(spark, conf, n, "updated", counts=counters.checked("update", counts), seconds=seconds,
+                           old=row)
     _remove(stage)
-    return {"round": n, "skipped": False, **counts}
+    return {"round": n, "skipped": False, **counts, "row": row}
 
 
 def staging_dir(conf: Config, n: int) -> str:
@@ -291,23 +294,14 @@ def _remove(path: str) -> None:
         pass
 
 
-def _round(spark, conf: Config, round_no: int | None) -> tuple[int, dict]:
-    row = ledger.last_round(spark, conf) if round_no is None else ledger.get_round(spark, conf, round_no)
-    if row is None:
-        where = "the round ledger is empty" if round_no is None else f"round {round_no} is not in the round ledger"
-        raise ConfigError(f"nothing to update: {where} (run generate and fetch first)")
-    n, state = int(row["round"]), row["state"]
-    if state not in ("fetched", "updated"):
-        raise ConfigError(f"round {n} is {state}, not fetched: run fetch for it before update")
-    return n, row
+def _version(spark, conf: Config, name: str) -> int:
+    """Table ``name``'s current version (one commit of its history read)."""
+    return int(common.table(spark, conf, name).history(1).select("version").collect()[0][0])
 
 
-def _before(spark, conf: Config, name: str, tag: str):
-    """Table ``name`` as it was before this round's first MERGE into it (or now, if none yet)."""
-    hist = common.table(spark, conf, name).history(HISTORY_LOOKBACK).select("version", "userMetadata").collect()
-    tagged = [r.version for r in hist if r.userMetadata == tag]
-    version = min(tagged) - 1 if tagged else max(r.version for r in hist)
-    return spark.read.format("delta").option("versionAsOf", version).load(common.table_path(conf, name))
+def _at(spark, conf: Config, name: str, version: int):
+    """Table ``name`` as of ``version``: the pre-round snapshot the ledger recorded, however many commits came since."""
+    return spark.read.format("delta").option("versionAsOf", int(version)).load(common.table_path(conf, name))
 
 
 def _counts(source) -> dict[str, int]:
@@ -372,26 +366,3 @@ def _append(conf: Config, df, name: str, n: int, tag: str) -> None:
     (common.conform(df, TABLES[name]).write.format("delta").mode("append")
      .option("txnAppId", f"deltacrawl-update-{name}").option("txnVersion", n).option("userMetadata", tag)
      .save(common.table_path(conf, name)))
-
-
-def main(argv: list[str] | None = None) -> int:
-    from crawl_udfs import config
-    from jobs.session import build_session
-
-    p = argparse.ArgumentParser(prog="deltacrawl-update", description="Merge a fetched round into the crawl DB.")
-    p.add_argument("--conf", action="append", default=[], help="TOML overlay (repeatable)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
-    p.add_argument("--round", type=int, default=None, help="round to update (default: the last one)")
-    args = p.parse_args(argv)
-    try:
-        conf = config.load(args.conf, args.set)
-        result = run(build_session(conf, app_suffix="update"), conf, round_no=args.round)
-    except ConfigError as e:
-        print(f"deltacrawl update: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

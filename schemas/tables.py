@@ -141,6 +141,8 @@ ROUNDS = StructType([
     _f("n_partitions", IntegerType(), True, "fetch partitions of the round"),
     _f("counts", MapType(StringType(), LongType()), True, "declared counters (schemas.counters.COUNTERS)"),
     _f("seconds", MapType(StringType(), DoubleType()), True, "time spent per verb"),
+    _f("crawldb_version", LongType(), True, "crawldb version update reads as the round's pre-round snapshot"),
+    _f("hosts_version", LongType(), True, "hosts version update reads as the round's pre-round snapshot"),
 ])
 
 # Delta refuses NOT NULL inside arrays, so nested fields are nullable; writers fill them all.

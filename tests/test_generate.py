@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from crawl_udfs import config
 from crawl_udfs.config import ConfigError
 from crawl_udfs.url_normalize import fingerprint, host_of
-from jobs import common, generate, ledger
+from jobs import cli, common, generate, ledger
 from schemas.tables import CRAWLDB, HOSTS, TABLES
 
 pytestmark = pytest.mark.spark
@@ -312,4 +312,4 @@ def test_missing_tables_is_a_one_line_error(spark, tmp_path):
     with pytest.raises(ConfigError) as e:
         generate.run(spark, c, now=NOW)
     assert "init" in str(e.value) and "\n" not in str(e.value)
-    assert generate.main(["--set", f'storage.root="{tmp_path / "none"}"']) == 2
+    assert cli.main(["--set", f'storage.root="{tmp_path / "none"}"', "generate"]) == 2

@@ -10,7 +10,7 @@ import pytest
 from crawl_udfs import config
 from crawl_udfs.config import ConfigError
 from crawl_udfs.url_normalize import fingerprint
-from jobs import common, inject
+from jobs import cli, common, inject
 from schemas.tables import CRAWLDB, TABLES
 
 pytestmark = pytest.mark.spark
@@ -134,4 +134,4 @@ def test_bad_sources_and_missing_tables_are_one_line_errors(spark, conf, tmp_pat
     with pytest.raises(ConfigError) as e:
         inject.run(spark, empty, ["http://a.test/"])
     assert "init" in str(e.value) and "\n" not in str(e.value)
-    assert inject.main(["--set", f'storage.root="{tmp_path / "none"}"', "http://a.test/"]) == 2
+    assert cli.main(["--set", f'storage.root="{tmp_path / "none"}"', "inject", "http://a.test/"]) == 2

@@ -593,8 +593,8 @@ def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, 
 
 
 def test_main_reports_a_missing_crawl_in_one_line(spark, tmp_path, capsys):
-    from jobs import update
-    rc = update.main(["--set", f'storage.root="{tmp_path / "none"}"', "--set", "spark.shuffle_partitions=4",
-                      "--set", "spark.master=local[2]"])
+    from jobs import cli
+    rc = cli.main(["--set", f'storage.root="{tmp_path / "none"}"', "--set", "spark.shuffle_partitions=4",
+                   "--set", "spark.master=local[2]", "update"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "table rounds not found" in err and "\n" not in err

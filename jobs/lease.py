@@ -1,0 +1,273 @@
+"""The crawl lease: at most one writing ``deltacrawl`` command per ``storage.root``.
+
+Guarantees:
+
+- **One holder.** A writing verb runs inside :func:`hold`, which takes the lease
+  or refuses at once (:class:`LeaseHeld`, naming the holder's host, pid, verb,
+  since when and until when). Read-only commands (``sql``, ``status``,
+  ``export``) never take it.
+- **On every storage Delta supports.** The lease is a chain of numbered records
+  ``<storage.root>/lease/<seq>.json``; every change (take, renew, release)
+  writes the next number with Delta's own LogStore and ``overwrite=False``: the
+  put-if-absent that Delta's commits rely on (atomic create on a local disk and
+  HDFS, the DynamoDB LogStore or a commit coordinator on S3, conditional writes
+  on Azure and GCS). Two writers of the same number: one succeeds, the other
+  gets ``FileAlreadyExistsException`` and has lost the race. The newest number
+  is the lease's state, so a change is a compare-and-set on it.
+- **No Spark jobs.** Records are read, listed and written by the driver through
+  the Hadoop file system (milliseconds), so a renewal never queues behind fetch
+  tasks that hold every task slot for ``fetch.task_budget_s``.
+- **A dead holder needs no clean-up.** The holder renews every
+  ``lease.heartbeat_s`` from a daemon thread; a record not renewed by its
+  ``expires_at`` (``lease.ttl_s`` after its write) may be taken over. A holder
+  on this host whose pid is gone is taken over at once. ``force`` takes a
+  lease that is still live (the risks: :data:`FORCE_RISK`).
+- **A holder that lost its lease stops.** When a renewal finds a newer record
+  than its own (taken over after an expiry, or forced), or it could not renew
+  before its own expiry, the holder cancels its Spark jobs and :func:`check`
+  raises :class:`LeaseLost` before the next ledger write.
+
+Expiry compares the holder's wall clock (written) with the reader's: machines
+sharing a ``storage.root`` need clocks within a small part of ``lease.ttl_s``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import threading
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+from crawl_udfs.config import Config, ConfigError
+from jobs.common import now_utc, root
+
+FORCE_RISK = ("a live holder goes on until its next renewal (up to lease.heartbeat_s): two fetchers "
+              "on one web (requests closer than the host delay) and Delta conflicts that fail a step")
+_KEEP = 8  # records kept behind the newest (older ones are removed by renewals)
+_lock = threading.Lock()
+_held: list["Lease"] = []  # the lease this process holds, if any
+
+
+class LeaseHeld(ConfigError):
+    """Another command holds the crawl's lease."""
+
+
+class LeaseLost(RuntimeError):
+    """This command's lease was taken over (expired or forced): it must not write on."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One lease record: who holds the crawl (``event`` "release": nobody) until ``expires_at``."""
+
+    seq: int
+    event: str  # take | renew | release
+    holder: str  # a random id per hold
+    host: str
+    pid: int
+    verb: str
+    since: str  # ISO UTC, when the holder took the lease
+    expires_at: str  # ISO UTC
+
+    def describe(self) -> str:
+        return (f"{self.verb} (pid {self.pid} on {self.host}) holds the crawl lease since {self.since} UTC, "
+                f"until {self.expires_at} UTC unless renewed")
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.replace(microsecond=0).isoformat()
+
+
+class _Store:
+    """Numbered records under ``<root>/lease`` through Delta's LogStore (driver only)."""
+
+    def __init__(self, spark, conf: Config):
+        jvm = spark.sparkContext._jvm
+        self._jvm = jvm
+        self._hconf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._dir = jvm.org.apache.hadoop.fs.Path(f"{root(conf)}/lease")
+        self._fs = self._dir.getFileSystem(self._hconf)
+        self._log = getattr(getattr(jvm.org.apache.spark.sql.delta.storage, "LogStore$"), "MODULE$").apply(
+            spark._jsparkSession)
+        self._made = False  # the directory is made by the first write, so readers never write
+
+    def _path(self, seq: int):
+        return self._jvm.org.apache.hadoop.fs.Path(self._dir, f"{seq:020d}.json")
+
+    def latest(self) -> Record | None:
+        if not self._fs.exists(self._dir):
+            return None
+        seqs = [int(s.getPath().getName()[:-5]) for s in self._fs.listStatus(self._dir)
+                if s.getPath().getName().endswith(".json") and s.getPath().getName()[:-5].isdigit()]
+        for seq in sorted(seqs, reverse=True):  # the newest readable one (an older one may be mid-removal)
+            try:
+                lines = self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+                    self._log.read(self._path(seq), self._hconf))
+            except Exception as e:  # noqa: BLE001 - removed between list and read: try the next
+                if "FileNotFound" in str(e):
+                    continue
+                raise
+            return Record(**json.loads("".join(lines)))
+        return None
+
+    def put(self, rec: Record) -> bool:
+        """Write ``rec`` as number ``rec.seq`` unless that number exists; True when written."""
+        lines = self._jvm.java.util.ArrayList()
+        lines.add(json.dumps(asdict(rec)))
+        it = self._jvm.scala.jdk.javaapi.CollectionConverters.asScala(lines.iterator())
+        if not self._made:
+            self._made = bool(self._fs.mkdirs(self._dir))
+        try:
+            self._log.write(self._path(rec.seq), it, False, self._hconf)
+        except Exception as e:  # noqa: BLE001 - Py4JJavaError wrapping java.nio.file.FileAlreadyExistsException
+            if "FileAlreadyExists" in str(e):
+                return False
+            raise
+        for old in range(max(0, rec.seq - _KEEP - 4), rec.seq - _KEEP):
+            self._fs.delete(self._path(old), False)
+        return True
+
+
+def free_reason(cur: Record | None, now: dt.datetime, *, this_host: str, alive) -> str | None:
+    """Why ``cur`` may be taken without force ("free", "expired", "dead"), or None when it is live."""
+    if cur is None or cur.event == "release":
+        return "free"
+    if dt.datetime.fromisoformat(cur.expires_at) <= now:
+        return "expired"
+    if cur.host == this_host and not alive(cur.pid):
+        return "dead"
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Lease:
+    """This process's hold on the crawl; :meth:`take` it, :meth:`renew` it, :meth:`release` it."""
+
+    def __init__(self, store: _Store, conf: Config, verb: str, *, clock=now_utc):
+        ttl, beat = conf.lease.ttl_s, conf.lease.heartbeat_s
+        if not 0 < beat * 2 <= ttl:
+            raise ConfigError(f"lease.heartbeat_s ({beat}) must be > 0 and at most half of lease.ttl_s ({ttl})")
+        self.store, self.verb, self.clock = store, verb, clock
+        self.ttl, self.heartbeat_s = dt.timedelta(seconds=ttl), beat
+        self.holder, self.host, self.pid = uuid.uuid4().hex, socket.gethostname(), os.getpid()
+        self.record: Record | None = None
+        self.lost: str | None = None
+        self.taken_from: str | None = None  # why the previous record could be taken (free/expired/dead/forced)
+
+    def _next(self, event: str, seq: int, since: str) -> Record:
+        return Record(seq=seq, event=event, holder=self.holder, host=self.host, pid=self.pid, verb=self.verb,
+                      since=since, expires_at=_iso(self.clock() + self.ttl))
+
+    def take(self, *, force: bool = False) -> Record:
+        """Take the lease, or raise :class:`LeaseHeld` naming the live holder."""
+        cur = self.store.latest()
+        reason = free_reason(cur, self.clock(), this_host=self.host, alive=_alive)
+        if reason is None and not force:
+            raise LeaseHeld(f"another writer is running: {cur.describe()}; wait for it, or if it is surely gone "
+                            f"rerun with --force")
+        rec = self._next("take", (cur.seq if cur else 0) + 1, _iso(self.clock()))
+        if not self.store.put(rec):
+            winner = self.store.latest()
+            raise LeaseHeld(f"another writer took the lease first: {winner.describe() if winner else 'unknown'}")
+        self.record, self.taken_from = rec, reason or "forced"
+        return rec
+
+    def renew(self) -> bool:
+        """Extend the lease by ``lease.ttl_s``; False (and :attr:`lost` set) when it is no longer ours."""
+        assert self.record is not None
+        if self.lost:
+            return False
+        if dt.datetime.fromisoformat(self.record.expires_at) <= self.clock():
+            self.lost = f"not renewed before it expired at {self.record.expires_at} UTC"
+            return False
+        rec = self._next("renew", self.record.seq + 1, self.record.since)
+        if self.store.put(rec):
+            self.record = rec
+            return True
+        other = self.store.latest()
+        if other is not None and other.holder == self.holder and other.seq >= rec.seq:
+            self.record = other  # our own write, whose reply was lost
+            return True
+        self.lost = f"taken over: {other.describe() if other else 'unknown holder'}"
+        return False
+
+    def release(self) -> None:
+        """Hand the lease back (a later taker needs no expiry); a lost lease is left to its new holder."""
+        if self.record is None or self.lost:
+            return
+        rec = self._next("release", self.record.seq + 1, self.record.since)
+        if self.store.put(rec):
+            self.record = rec
+
+
+def check() -> None:
+    """Raise :class:`LeaseLost` when this process held a lease and lost it (a no-op when it holds none)."""
+    with _lock:
+        lease = _held[0] if _held else None
+    if lease is None:
+        return
+    if lease.lost is None and dt.datetime.fromisoformat(lease.record.expires_at) <= lease.clock():
+        lease.lost = f"not renewed before it expired at {lease.record.expires_at} UTC"
+    if lease.lost:
+        raise LeaseLost(f"the crawl lease was lost ({lease.lost}); stopped without writing further: "
+                        f"rerun the command once the other writer is done")
+
+
+def holder(spark, conf: Config) -> Record | None:
+    """The live holder of the lease, if any (for ``status``)."""
+    cur = _Store(spark, conf).latest()
+    live = free_reason(cur, now_utc(), this_host=socket.gethostname(), alive=_alive) is None
+    return cur if live else None
+
+
+@contextmanager
+def hold(spark, conf: Config, verb: str, *, force: bool = False, out=None) -> Iterator[Lease]:
+    """Hold the crawl lease for the block: take it (or raise :class:`LeaseHeld`), renew it from a daemon
+    thread, release it at the end. Losing it cancels this session's Spark jobs; the block's exit then
+    raises :class:`LeaseLost`."""
+    lease = Lease(_Store(spark, conf), conf, verb)
+    lease.take(force=force)
+    if force and out is not None and lease.taken_from == "forced":
+        print(f"deltacrawl: --force took a live lease; risk: {FORCE_RISK}", file=out)
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(lease.heartbeat_s):
+            try:
+                ok = lease.renew()
+            except Exception:  # noqa: BLE001 - storage hiccup: retried next beat, until the expiry
+                ok = lease.lost is None
+            if not ok:
+                spark.sparkContext.cancelAllJobs()
+                return
+
+    thread = threading.Thread(target=beat, name="deltacrawl-lease", daemon=True)
+    with _lock:
+        _held[:] = [lease]
+    thread.start()
+    try:
+        yield lease
+        check()
+    except Exception:
+        check()  # a lost lease is the reason; the cancelled job's error is its consequence
+        raise
+    finally:
+        stop.set()
+        thread.join(timeout=lease.heartbeat_s)
+        with _lock:
+            _held.clear()
+        lease.release()
