@@ -44,7 +44,10 @@ def main() -> int:
         run("inject", str(DATA / "seeds.txt"))
         run("crawl", "--rounds", str(ROUNDS))
         run("status")
-        v = web.violations(host_delay_s=1.0)
+        from crawl_udfs import config
+        from tests.judge import spark_ip_cap
+        conf = config.load([DATA / "demo.toml"])
+        v = web.violations(host_delay_s=conf.politeness.host_delay_s, max_in_flight_per_addr=spark_ip_cap(conf))
         print("\nserver-side politeness check: " + v.summary().replace("\n", "\n  "))
     print("\nThe tables are in demo-data/crawl. Try:\n"
           '  .venv/bin/deltacrawl --conf demo-data/demo.toml sql '

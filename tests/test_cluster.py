@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.judge import spark_ip_cap
 from tests.net import free_loopback_port
 from tests.testweb import TestWeb
 
@@ -127,7 +128,7 @@ def test_crawl_on_a_standalone_cluster(cluster, tmp_path, spark):
                   jobs.cli.__file__, "--conf", str(overlay), "round"]
         out = _run(submit, env={**os.environ, "PYSPARK_PYTHON": sys.executable}).stdout
         assert "1 round(s) completed" in out, out
-        v = web.violations(host_delay_s=DELAY)
+        v = web.violations(host_delay_s=DELAY, max_in_flight_per_addr=spark_ip_cap(config.load([overlay])))
         n_requests = len(web.log())
 
     conf = config.load([overlay])

@@ -41,6 +41,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from jobs import cli, common, faults, warc_staging
+from tests.judge import spark_ip_cap
 from tests.summary import note
 from tests.testweb import TestWeb
 
@@ -154,7 +155,7 @@ class Chain:
         assert len(keys) == len(set(keys)), f"{step}: a (round, url_fp) twice in fetch_log"
         ptrs = [(x["warc_filename"], x["warc_offset"]) for x in fl if x["warc_filename"]]
         assert len(ptrs) == len(set(ptrs)), f"{step}: a WARC record referenced twice"
-        v = self.web.violations(host_delay_s=DELAY)
+        v = self.web.violations(host_delay_s=DELAY, max_in_flight_per_addr=spark_ip_cap(self.conf))
         assert v.too_close == [] and v.overlapping == [], f"{step}: {v.summary()}"
 
 
@@ -282,7 +283,7 @@ def test_after_the_chain_nothing_is_lost_and_every_pointer_reads(chain):
     # every URL of every fetch list is still in the crawl DB (fetch_log once per URL: checked after each run)
     listed = {x[0] for x in chain.table("fetch_list").select("url").collect()}
     assert listed <= chain.urls
-    v = chain.web.violations(host_delay_s=DELAY)
+    v = chain.web.violations(host_delay_s=DELAY, max_in_flight_per_addr=spark_ip_cap(chain.conf))
     note(f"crash chain (server-side, {len(chain.done)} runs): " + v.summary().replace("\n", "; "))
     assert v.clean, v.summary()
     assert v.max_in_flight_host <= 1

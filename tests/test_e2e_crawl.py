@@ -15,6 +15,7 @@ from warcio.archiveiterator import ArchiveIterator
 from crawl_udfs.partition import NOT_SENT
 from crawl_udfs.url_normalize import normalize
 from jobs import cli, common
+from tests.judge import spark_ip_cap
 from tests.summary import note
 from tests.testweb import TestWeb
 
@@ -45,7 +46,7 @@ def crawled(spark, tmp_path_factory):
         assert cli.main(base + ["crawl", "--rounds", str(ROUNDS)]) == 0
         from crawl_udfs import config
         conf = config.load([overlay])
-        yield web, conf, base, web.log(), web.violations(host_delay_s=DELAY)
+        yield web, conf, base, web.log(), web.violations(host_delay_s=DELAY, max_in_flight_per_addr=spark_ip_cap(conf))
 
 
 def _rows(spark, conf, name):

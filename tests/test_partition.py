@@ -47,7 +47,7 @@ def big_crawl(tmp_path_factory):
         conf = _conf(web)
         seeds = web.seeds() + [web.url(h, p) for h, p in HOSTILE_PATHS]
         stats = crawl(seeds, conf, d / "warc", passes=4, per_host=3, max_pages_per_host=12)
-        yield web, conf, stats, web.log(), web.violations(host_delay_s=DELAY)
+        yield web, conf, stats, web.log(), web.violations(host_delay_s=DELAY, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
 
 
 @pytest.mark.slow
@@ -181,7 +181,7 @@ def test_retried_task_does_not_burst(tmp_path):
         # the same hosts again at once, as Spark's retry of a failed task would, knowing nothing of the first run
         list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"r-{i}.warc.gz",
                              retried=True))
-        v = web.violations(host_delay_s=DELAY)
+        v = web.violations(host_delay_s=DELAY, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
         assert v.requests >= 30
         assert v.too_close == [], v.summary()
 

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from crawl_udfs import config
 from crawl_udfs.url_normalize import normalize
 from jobs import cli, common, inject, rounds
+from tests.judge import spark_ip_cap
 from tests.summary import note
 from tests.testweb import TestWeb
 
@@ -66,7 +67,7 @@ def crawled(spark, tmp_path_factory):
         out = io.StringIO()
         assert rounds.crawl(spark, conf, ROUNDS, out=out) == ROUNDS
         note("traps crawl: " + out.getvalue().replace("\n", "; ")[:600])
-        yield web, conf, overlay, web.log(), web.violations(host_delay_s=DELAY)
+        yield web, conf, overlay, web.log(), web.violations(host_delay_s=DELAY, max_in_flight_per_addr=spark_ip_cap(conf))
 
 
 def _hosts(spark, conf) -> dict[str, dict]:
