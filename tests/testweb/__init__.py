@@ -75,8 +75,8 @@ hostile (robots allow all)
 - ``hostile-redirects-b``: the other half of the cross-host chain and loop
 - ``hostile-throttle-seconds`` / ``hostile-throttle-date``: a 6-page site; the first knobs.throttle_count
   requests (per client = peer address + User-Agent) outside a window get 429 with Retry-After in seconds /
-  as an HTTP-date, each opening a window; requests inside a window get 429 again and are logged
-  ``in_retry_after``; after that, 200s
+  as an HTTP-date (knobs.retry_after_s, 12 s: more than the crawler's back-off), each opening a window;
+  requests inside a window get 429 again and are logged ``in_retry_after``; after that, 200s
 - ``hostile-flaky``: a 10-page site answering 503 with probability knobs.flaky_p (seeded sequence)
 - ``hostile-down``: every page 500 (robots.txt fine)
 - ``hostile-hang``: / waits knobs.hang_s (120 s) before the headers
