@@ -11,8 +11,8 @@ run   armed with                        dies (round 1 unless said)
 1     generate.after_write              fetch list written, ledger not told
 2     fetch.task_kills_driver:0.8       0.8 s into the fetch tasks (requests in flight)
 3     fetch.after_write                 fetch_output committed, WARC files still staged
-4     update.after_fetch_log            crawldb and hosts merged, fetch_log appended,
-                                        links not
+4     update.after_links                crawldb and hosts merged, fetch_log and links
+                                        appended, ledger not told
 --    (in process) update with the      exit 1, one line; round stays fetched
       links table made unwritable
 5     fetch.task:0.8                    finishes round 1; a Python worker dies 0.8 s
@@ -25,6 +25,11 @@ fetch_log, no WARC record referenced twice, and the process group (driver,
 JVM, Python workers) gone. At the end: rounds 1 and 2 updated, no staging
 left, every WARC pointer reads back, and the test web's own log shows no
 politeness violation across all five runs.
+
+The chain's host delay (0.5 s) is far shorter than the time a new JVM takes to
+come up, so it cannot show that a resumed fetch waits for the killed one:
+:func:`test_rerun_within_one_host_delay_of_the_kill_waits_it` does, with a
+host delay longer than the time from the kill to the rerun's first request.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from tests.judge import spark_ip_cap
 from tests.summary import note
 from tests.testweb import TestWeb
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Each CLI run starts a JVM; a test may span two runs (measured 83-362 s each at load 10).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 DELAY = 0.5
 DELTACRAWL = str(Path(sys.executable).with_name("deltacrawl"))
@@ -56,7 +62,7 @@ CHAIN = [
     ("generate", "generate.after_write", 3, -9, None),
     ("fetch_tasks", "fetch.task_kills_driver:0.8", 3, -9, "fetching"),
     ("fetch_commit", "fetch.after_write", 3, -9, "fetching"),
-    ("update", "update.after_fetch_log", 3, -9, "fetched"),
+    ("update", "update.after_links", 3, -9, "fetched"),
     ("worker", "fetch.task:0.8", 2, 0, "updated"),
 ]
 
@@ -95,19 +101,26 @@ def seed_urls(web: TestWeb, per_host: int = 4) -> list[str]:
     return out
 
 
+def write_overlay(path: Path, web: TestWeb, *, host_delay_s: float, task_budget_s: float,
+                  max_urls_per_host: int) -> Path:
+    """The crash tests' configuration: the test web, 2 fetch partitions, a master that retries tasks."""
+    path.write_text(
+        f'[storage]\nroot = "{path.parent / "crawl"}"\n'
+        f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
+        f"[politeness]\nhost_delay_s = {host_delay_s}\n"
+        f"[fetch]\ntask_budget_s = {task_budget_s}\ntotal_timeout_s = 5.0\n"
+        f"[generate]\nmax_urls_per_host = {max_urls_per_host}\nfetch_partitions = 2\n"
+        f'[spark]\nmaster = "{MASTER}"\ndriver_memory = "1g"\nshuffle_partitions = 2\n')
+    return path
+
+
 class Chain:
     """The crawl directory and the runs done so far (each run at most once, in order)."""
 
     def __init__(self, spark, d: Path, web: TestWeb):
         self.spark, self.d, self.web = spark, d, web
-        self.overlay = d / "crash.toml"
-        self.overlay.write_text(
-            f'[storage]\nroot = "{d / "crawl"}"\n'
-            f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
-            f"[politeness]\nhost_delay_s = {DELAY}\n"
-            "[fetch]\ntask_budget_s = 20.0\ntotal_timeout_s = 5.0\n"
-            "[generate]\nmax_urls_per_host = 4\nfetch_partitions = 2\n"
-            f'[spark]\nmaster = "{MASTER}"\ndriver_memory = "1g"\nshuffle_partitions = 2\n')
+        self.overlay = write_overlay(d / "crash.toml", web, host_delay_s=DELAY, task_budget_s=20.0,
+                                     max_urls_per_host=4)
         from crawl_udfs import config
         self.conf = config.load([self.overlay])
         seeds = d / "seeds.txt"
@@ -202,11 +215,19 @@ def test_kill_after_fetch_commit_promotes_without_refetching(chain):
     assert not Path(warc_staging.round_staging_dir(common.warc_root(chain.conf), 1)).exists()
 
 
+def _round_links(chain, n: int) -> list[tuple]:
+    return [tuple(r) for r in chain.table("links").where(f"round = {n}").collect()]
+
+
 def test_kill_inside_update_leaves_it_resumable(chain):
     assert chain.run("update")["ledger"] == {1: "fetched"}
     if "worker" not in chain.done:
+        links_at_kill = _round_links(chain, 1)
+        assert links_at_kill, "the kill came after round 1's links were appended"
         failed_write(chain)
-    chain.run("worker")  # finishes round 1's update first
+    else:
+        links_at_kill = None
+    chain.run("worker")  # finishes round 1's update first: its rerun of the links append is a no-op
     # each table's MERGE of round 1 changed rows once; every rerun's MERGE was a no-op (guards)
     from delta.tables import DeltaTable
     for name in ("crawldb", "hosts"):
@@ -216,10 +237,12 @@ def test_kill_inside_update_leaves_it_resumable(chain):
                    if int(h["operationMetrics"].get("numTargetRowsUpdated", "0"))
                    + int(h["operationMetrics"].get("numTargetRowsInserted", "0")) > 0]
         assert len(changed) == 1, (name, [(h["version"], h["operationMetrics"]) for h in hist])
-    # fetch_log (appended before the kill) and links (after it) hold round 1 once
+    # fetch_log and links, both appended before the kill, hold round 1 once
     assert chain.table("fetch_log").where("round = 1").count() > 0
-    links = chain.table("links")
-    assert links.count() == links.distinct().count() > 0
+    links = _round_links(chain, 1)
+    assert links and len(links) == len(set(links)), "round 1's links appended twice"
+    if links_at_kill is not None:
+        assert sorted(links) == sorted(links_at_kill)
 
 
 def failed_write(chain) -> None:
@@ -289,3 +312,45 @@ def test_after_the_chain_nothing_is_lost_and_every_pointer_reads(chain):
     assert v.max_in_flight_host <= 1
     total = sum(r["seconds"] for r in chain.done.values())
     note(f"crash chain: {len(chain.done)} CLI runs, {total:.0f} s of subprocess time")
+
+
+RESUME_DELAY = 60.0   # host delay of the test below: longer than the kill-to-rerun time it asserts
+
+
+def test_rerun_within_one_host_delay_of_the_kill_waits_it(spark, tmp_path):
+    """Kill the driver 0.8 s into round 1's fetch, then resume at once (in process: no JVM to
+    start), with a host delay longer than the time between the two. The rerun's first request
+    to each host the killed run reached would come too soon unless the resumed fetch waits one
+    host delay (``retried=True``) before it."""
+    with TestWeb(tmp_path / "web", n_hosts=4, seed=9, kinds=["site"]) as web:
+        # the task budget: long enough for the rerun's wait and one request per host, not for a second
+        overlay = write_overlay(tmp_path / "resume.toml", web, host_delay_s=RESUME_DELAY,
+                                task_budget_s=RESUME_DELAY + 15, max_urls_per_host=2)
+        from crawl_udfs import config
+        conf = config.load([overlay])
+        (tmp_path / "seeds.txt").write_text("\n".join(web.seeds()) + "\n")
+        base = ["--conf", str(overlay)]
+        assert cli.main(base + ["init"]) == 0
+        assert cli.main(base + ["inject", str(tmp_path / "seeds.txt")]) == 0
+        rc = run_cli([*base, "crawl", "--rounds", "1"], env_extra={faults.ENV: "fetch.task_kills_driver:0.8"},
+                     log=tmp_path / "killed.log")
+        assert rc == -9, (tmp_path / "killed.log").read_text(errors="replace")[-3000:]
+        killed = web.log()
+        assert killed, "the driver died before any request: the kill did not land inside the fetch"
+        assert cli.main(base + ["crawl", "--rounds", "1"]) == 0
+        log = web.log()
+        v = web.violations(host_delay_s=RESUME_DELAY, max_in_flight_per_addr=spark_ip_cap(conf))
+    rerun = log[len(killed):]
+    gaps = {}
+    for host in {r["host"] for r in killed}:
+        first = min((r for r in rerun if r["host"] == host), key=lambda r: r["start"], default=None)
+        if first is not None:
+            gaps[host] = first["start"] - max(r["end"] for r in killed if r["host"] == host)
+    note(f"resume after a kill: host delay {RESUME_DELAY:.0f} s, gaps across the kill "
+         + ", ".join(f"{g:.1f} s" for g in sorted(gaps.values())))
+    assert gaps, "no host the killed run reached was requested again"
+    # The rerun's wait is one host delay from its task's start, so gap - delay is how long after
+    # the kill's last request the rerun started fetching: under one delay, as this test needs.
+    assert all(g < 2 * RESUME_DELAY for g in gaps.values()), gaps
+    assert v.too_close == [] and v.overlapping == [], v.summary()
+    assert v.clean, v.summary()
