@@ -314,7 +314,9 @@ def test_after_the_chain_nothing_is_lost_and_every_pointer_reads(chain):
     note(f"crash chain: {len(chain.done)} CLI runs, {total:.0f} s of subprocess time")
 
 
-RESUME_DELAY = 60.0   # host delay of the test below: longer than the kill-to-rerun time it asserts
+# Host delay of the test below: longer than the time from the kill to the rerun's first fetch task
+# (measured 88-139 s at load 25-30 on 2 cores: the dead JVM's exit and the rerun's Delta reads).
+RESUME_DELAY = 240.0
 
 
 def test_rerun_within_one_host_delay_of_the_kill_waits_it(spark, tmp_path):
@@ -337,6 +339,7 @@ def test_rerun_within_one_host_delay_of_the_kill_waits_it(spark, tmp_path):
         assert rc == -9, (tmp_path / "killed.log").read_text(errors="replace")[-3000:]
         killed = web.log()
         assert killed, "the driver died before any request: the kill did not land inside the fetch"
+        rerun_at = time.time()  # the test web stamps its log with the same wall clock
         assert cli.main(base + ["crawl", "--rounds", "1"]) == 0
         log = web.log()
         v = web.violations(host_delay_s=RESUME_DELAY, max_in_flight_per_addr=spark_ip_cap(conf))
@@ -349,8 +352,9 @@ def test_rerun_within_one_host_delay_of_the_kill_waits_it(spark, tmp_path):
     note(f"resume after a kill: host delay {RESUME_DELAY:.0f} s, gaps across the kill "
          + ", ".join(f"{g:.1f} s" for g in sorted(gaps.values())))
     assert gaps, "no host the killed run reached was requested again"
-    # The rerun's wait is one host delay from its task's start, so gap - delay is how long after
-    # the kill's last request the rerun started fetching: under one delay, as this test needs.
-    assert all(g < 2 * RESUME_DELAY for g in gaps.values()), gaps
+    # The rerun began within one host delay of the killed run's last request, or this test could not
+    # fail (its own start-up before the first fetch task adds to that).
+    last_killed = max(r["end"] for r in killed)
+    assert rerun_at - last_killed < RESUME_DELAY, f"the rerun came {rerun_at - last_killed:.0f} s after the kill"
     assert v.too_close == [] and v.overlapping == [], v.summary()
     assert v.clean, v.summary()
