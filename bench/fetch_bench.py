@@ -436,7 +436,7 @@ def scenario_a(p: Params, tmp: Path, runner: Runner) -> dict:
                 runs.append(out)
         time.sleep(0.3)  # let the server flush its last log lines
         log = web.log()
-        violations = web.violations(host_delay_s=d)
+        violations = web.violations(host_delay_s=d, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
     ua = conf.crawler.user_agent
     for out in runs:
         ideal = out["H"] * K / (K * d)
@@ -451,7 +451,7 @@ def scenario_a(p: Params, tmp: Path, runner: Runner) -> dict:
         out["server_gap_s"] = _quantiles([g for rs in by_host.values() for _, g in gaps(rs)])
         out["server_host_span_s"] = _quantiles([max(r["end"] for r in rs) - min(r["start"] for r in rs)
                                                 for rs in by_host.values()])
-        out["run_clean"] = analyze(lines, d).clean
+        out["run_clean"] = analyze(lines, d, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip).clean
         out["achieved_pps"] = out["pages"] / out["elapsed_s"]
         out["ratio"] = out["achieved_pps"] / ideal
         out["ratio_latency_aware"] = out["achieved_pps"] / ideal_lat

@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 scale(spark, web, work, [2000], seeds)
             scale_rows = scale(spark, web, work, sizes, seeds) if sizes else []
             duty_res = duty(spark, web, work, args.duty_rounds, args.window, args.recrawl_interval) if args.duty_rounds else None
-            v = web.violations(host_delay_s=0.25)
+            v = web.violations(host_delay_s=0.25, max_in_flight_per_addr=config.load().politeness.max_in_flight_per_ip)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     header = (f"round benchmark ({os.cpu_count()} CPUs; {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "

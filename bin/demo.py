@@ -56,7 +56,8 @@ def main() -> int:
         run("crawl", "--rounds", str(ROUNDS))
         run("status")
         conf = config.load([DATA / "demo.toml"])
-        v = web.violations(host_delay_s=conf.politeness.host_delay_s)
+        v = web.violations(host_delay_s=conf.politeness.host_delay_s,
+                           max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
         print("\nserver-side politeness check: " + v.summary().replace("\n", "\n  "))
     found = problems(v, conf.politeness.max_in_flight_per_ip)
     if found:

@@ -42,6 +42,7 @@ DRIVER_POINTS = (
     "generate.after_write",          # fetch_list of round N written, ledger not yet "generated"
     "fetch.after_write",             # fetch_output of round N committed, WARC files still staged
     "update.after_fetch_log",        # crawldb and hosts merged, fetch_log appended, links not
+    "update.after_links",            # links appended too, ledger not yet "updated"
 )
 #: Points inside a fetch task's Python worker.
 TASK_POINTS = ("fetch.task", "fetch.task_kills_driver")

@@ -249,6 +249,7 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
         _append(conf, staged["fetch_log"], "fetch_log", n, tag)
         faults.point("update.after_fetch_log")
         _append(conf, staged["links"], "links", n, tag)
+        faults.point("update.after_links")
         counts["frontier_size"] = (common.read(spark, conf, "crawldb")
                                    .where(F.col("status").isin([s.value for s in ELIGIBLE])).count())
     seconds = {"update": timer.seconds}

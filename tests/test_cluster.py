@@ -127,7 +127,7 @@ def test_crawl_on_a_standalone_cluster(cluster, tmp_path, spark):
                   jobs.cli.__file__, "--conf", str(overlay), "round"]
         out = _run(submit, env={**os.environ, "PYSPARK_PYTHON": sys.executable}).stdout
         assert "1 round(s) completed" in out, out
-        v = web.violations(host_delay_s=DELAY)
+        v = web.violations(host_delay_s=DELAY, max_in_flight_per_addr=config.load([overlay]).politeness.max_in_flight_per_ip)
         n_requests = len(web.log())
 
     conf = config.load([overlay])

@@ -11,8 +11,8 @@ run   armed with                        dies (round 1 unless said)
 1     generate.after_write              fetch list written, ledger not told
 2     fetch.task_kills_driver:0.8       0.8 s into the fetch tasks (requests in flight)
 3     fetch.after_write                 fetch_output committed, WARC files still staged
-4     update.after_fetch_log            crawldb and hosts merged, fetch_log appended,
-                                        links not
+4     update.after_links                crawldb and hosts merged, fetch_log and links
+                                        appended, ledger not told
 --    (in process) update with the      exit 1, one line; round stays fetched
       links table made unwritable
 5     fetch.task:0.8                    finishes round 1; a Python worker dies 0.8 s
@@ -25,6 +25,11 @@ fetch_log, no WARC record referenced twice, and the process group (driver,
 JVM, Python workers) gone. At the end: rounds 1 and 2 updated, no staging
 left, every WARC pointer reads back, and the test web's own log shows no
 politeness violation across all five runs.
+
+The chain's host delay (0.5 s) is far shorter than the time a new JVM takes to
+come up, so it cannot show that a resumed fetch waits for the killed one:
+:func:`test_rerun_within_one_host_delay_of_the_kill_waits_it` does, with a
+host delay longer than the time from the kill to the rerun's first request.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ from jobs import cli, common, faults, warc_staging
 from tests.summary import note
 from tests.testweb import TestWeb
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Each CLI run starts a JVM; a test may span two runs (measured 83-362 s each at load 10).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 DELAY = 0.5
 DELTACRAWL = str(Path(sys.executable).with_name("deltacrawl"))
@@ -55,7 +61,7 @@ CHAIN = [
     ("generate", "generate.after_write", 3, -9, None),
     ("fetch_tasks", "fetch.task_kills_driver:0.8", 3, -9, "fetching"),
     ("fetch_commit", "fetch.after_write", 3, -9, "fetching"),
-    ("update", "update.after_fetch_log", 3, -9, "fetched"),
+    ("update", "update.after_links", 3, -9, "fetched"),
     ("worker", "fetch.task:0.8", 2, 0, "updated"),
 ]
 
@@ -94,19 +100,26 @@ def seed_urls(web: TestWeb, per_host: int = 4) -> list[str]:
     return out
 
 
+def write_overlay(path: Path, web: TestWeb, *, host_delay_s: float, task_budget_s: float,
+                  max_urls_per_host: int) -> Path:
+    """The crash tests' configuration: the test web, 2 fetch partitions, a master that retries tasks."""
+    path.write_text(
+        f'[storage]\nroot = "{path.parent / "crawl"}"\n'
+        f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
+        f"[politeness]\nhost_delay_s = {host_delay_s}\n"
+        f"[fetch]\ntask_budget_s = {task_budget_s}\ntotal_timeout_s = 5.0\n"
+        f"[generate]\nmax_urls_per_host = {max_urls_per_host}\nfetch_partitions = 2\n"
+        f'[spark]\nmaster = "{MASTER}"\ndriver_memory = "1g"\nshuffle_partitions = 2\n')
+    return path
+
+
 class Chain:
     """The crawl directory and the runs done so far (each run at most once, in order)."""
 
     def __init__(self, spark, d: Path, web: TestWeb):
         self.spark, self.d, self.web = spark, d, web
-        self.overlay = d / "crash.toml"
-        self.overlay.write_text(
-            f'[storage]\nroot = "{d / "crawl"}"\n'
-            f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
-            f"[politeness]\nhost_delay_s = {DELAY}\n"
-            "[fetch]\ntask_budget_s = 20.0\ntotal_timeout_s = 5.0\n"
-            "[generate]\nmax_urls_per_host = 4\nfetch_partitions = 2\n"
-            f'[spark]\nmaster = "{MASTER}"\ndriver_memory = "1g"\nshuffle_partitions = 2\n')
+        self.overlay = write_overlay(d / "crash.toml", web, host_delay_s=DELAY, task_budget_s=20.0,
+                                     max_urls_per_host=4)
         from crawl_udfs import config
         self.conf = config.load([self.overlay])
         seeds = d / "seeds.txt"
@@ -154,7 +167,7 @@ class Chain:
         assert len(keys) == len(set(keys)), f"{step}: a (round, url_fp) twice in fetch_log"
         ptrs = [(x["warc_filename"], x["warc_offset"]) for x in fl if x["warc_filename"]]
         assert len(ptrs) == len(set(ptrs)), f"{step}: a WARC record referenced twice"
-        v = self.web.violations(host_delay_s=DELAY)
+        v = self.web.violations(host_delay_s=DELAY, max_in_flight_per_addr=self.conf.politeness.max_in_flight_per_ip)
         assert v.too_close == [] and v.overlapping == [], f"{step}: {v.summary()}"
 
 
@@ -201,11 +214,19 @@ def test_kill_after_fetch_commit_promotes_without_refetching(chain):
     assert not Path(warc_staging.round_staging_dir(common.warc_root(chain.conf), 1)).exists()
 
 
+def _round_links(chain, n: int) -> list[tuple]:
+    return [tuple(r) for r in chain.table("links").where(f"round = {n}").collect()]
+
+
 def test_kill_inside_update_leaves_it_resumable(chain):
     assert chain.run("update")["ledger"] == {1: "fetched"}
     if "worker" not in chain.done:
+        links_at_kill = _round_links(chain, 1)
+        assert links_at_kill, "the kill came after round 1's links were appended"
         failed_write(chain)
-    chain.run("worker")  # finishes round 1's update first
+    else:
+        links_at_kill = None
+    chain.run("worker")  # finishes round 1's update first: its rerun of the links append is a no-op
     # each table's MERGE of round 1 changed rows once; every rerun's MERGE was a no-op (guards)
     from delta.tables import DeltaTable
     for name in ("crawldb", "hosts"):
@@ -215,10 +236,12 @@ def test_kill_inside_update_leaves_it_resumable(chain):
                    if int(h["operationMetrics"].get("numTargetRowsUpdated", "0"))
                    + int(h["operationMetrics"].get("numTargetRowsInserted", "0")) > 0]
         assert len(changed) == 1, (name, [(h["version"], h["operationMetrics"]) for h in hist])
-    # fetch_log (appended before the kill) and links (after it) hold round 1 once
+    # fetch_log and links, both appended before the kill, hold round 1 once
     assert chain.table("fetch_log").where("round = 1").count() > 0
-    links = chain.table("links")
-    assert links.count() == links.distinct().count() > 0
+    links = _round_links(chain, 1)
+    assert links and len(links) == len(set(links)), "round 1's links appended twice"
+    if links_at_kill is not None:
+        assert sorted(links) == sorted(links_at_kill)
 
 
 def failed_write(chain) -> None:
@@ -282,9 +305,55 @@ def test_after_the_chain_nothing_is_lost_and_every_pointer_reads(chain):
     # every URL of every fetch list is still in the crawl DB (fetch_log once per URL: checked after each run)
     listed = {x[0] for x in chain.table("fetch_list").select("url").collect()}
     assert listed <= chain.urls
-    v = chain.web.violations(host_delay_s=DELAY)
+    v = chain.web.violations(host_delay_s=DELAY, max_in_flight_per_addr=chain.conf.politeness.max_in_flight_per_ip)
     note(f"crash chain (server-side, {len(chain.done)} runs): " + v.summary().replace("\n", "; "))
     assert v.clean, v.summary()
     assert v.max_in_flight_host <= 1
     total = sum(r["seconds"] for r in chain.done.values())
     note(f"crash chain: {len(chain.done)} CLI runs, {total:.0f} s of subprocess time")
+
+
+# Host delay of the test below: longer than the time from the kill to the rerun's first fetch task
+# (measured 88-139 s at load 25-30 on 2 cores: the dead JVM's exit and the rerun's Delta reads).
+RESUME_DELAY = 240.0
+
+
+def test_rerun_within_one_host_delay_of_the_kill_waits_it(spark, tmp_path):
+    """Kill the driver 0.8 s into round 1's fetch, then resume at once (in process: no JVM to
+    start), with a host delay longer than the time between the two. The rerun's first request
+    to each host the killed run reached would come too soon unless the resumed fetch waits one
+    host delay (``retried=True``) before it."""
+    with TestWeb(tmp_path / "web", n_hosts=4, seed=9, kinds=["site"]) as web:
+        # the task budget: long enough for the rerun's wait and one request per host, not for a second
+        overlay = write_overlay(tmp_path / "resume.toml", web, host_delay_s=RESUME_DELAY,
+                                task_budget_s=RESUME_DELAY + 15, max_urls_per_host=2)
+        from crawl_udfs import config
+        conf = config.load([overlay])
+        (tmp_path / "seeds.txt").write_text("\n".join(web.seeds()) + "\n")
+        base = ["--conf", str(overlay)]
+        assert cli.main(base + ["init"]) == 0
+        assert cli.main(base + ["inject", str(tmp_path / "seeds.txt")]) == 0
+        rc = run_cli([*base, "crawl", "--rounds", "1"], env_extra={faults.ENV: "fetch.task_kills_driver:0.8"},
+                     log=tmp_path / "killed.log")
+        assert rc == -9, (tmp_path / "killed.log").read_text(errors="replace")[-3000:]
+        killed = web.log()
+        assert killed, "the driver died before any request: the kill did not land inside the fetch"
+        rerun_at = time.time()  # the test web stamps its log with the same wall clock
+        assert cli.main(base + ["crawl", "--rounds", "1"]) == 0
+        log = web.log()
+        v = web.violations(host_delay_s=RESUME_DELAY, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
+    rerun = log[len(killed):]
+    gaps = {}
+    for host in {r["host"] for r in killed}:
+        first = min((r for r in rerun if r["host"] == host), key=lambda r: r["start"], default=None)
+        if first is not None:
+            gaps[host] = first["start"] - max(r["end"] for r in killed if r["host"] == host)
+    note(f"resume after a kill: host delay {RESUME_DELAY:.0f} s, gaps across the kill "
+         + ", ".join(f"{g:.1f} s" for g in sorted(gaps.values())))
+    assert gaps, "no host the killed run reached was requested again"
+    # The rerun began within one host delay of the killed run's last request, or this test could not
+    # fail (its own start-up before the first fetch task adds to that).
+    last_killed = max(r["end"] for r in killed)
+    assert rerun_at - last_killed < RESUME_DELAY, f"the rerun came {rerun_at - last_killed:.0f} s after the kill"
+    assert v.too_close == [] and v.overlapping == [], v.summary()
+    assert v.clean, v.summary()

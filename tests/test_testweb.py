@@ -476,7 +476,7 @@ def test_retry_after_windows_are_flagged(web):
     assert rd.status_code == 429
     when = parsedate_to_datetime(rd.headers["Retry-After"]).timestamp()
     assert 1 <= when - time.time() <= KNOBS["retry_after_s"] + 1.5
-    assert len([r for r in web.violations().retry_after if r["ua"] == ua]) == 1
+    assert len([r for r in web.violations(1.0, max_in_flight_per_addr=2).retry_after if r["ua"] == ua]) == 1
 
 
 def test_ssrf_bait_is_counted(web):
@@ -484,7 +484,7 @@ def test_ssrf_bait_is_counted(web):
     assert {l.url for l in h.pages["/"].links if l.bait} == set(map(normalize, sites.bait_urls(web.port)))
     r = get(web, h.name, "/to-secret")
     assert r.status_code == 301 and r.headers["Location"] == f"http://127.0.0.1:{web.port}/secret"
-    before = len(web.violations().bait)
+    before = len(web.violations(1.0, max_in_flight_per_addr=2).bait)
     requests.get(f"http://127.0.0.1:{web.port}/secret", headers={"User-Agent": "bait"}, timeout=5)
     requests.get(f"http://127.66.0.1:{web.port}/", headers={"Host": "intranet.bait.test", "User-Agent": "bait"}, timeout=5)
     n = 2
@@ -494,7 +494,7 @@ def test_ssrf_bait_is_counted(web):
     except requests.exceptions.ConnectionError:
         pass  # no IPv6 loopback here
     log_for(web, "bait", n=n)
-    v = web.violations()
+    v = web.violations(1.0, max_in_flight_per_addr=2)
     assert len(v.bait) == before + n
     assert {r["addr"] for r in v.bait if r["ua"] == "bait"} <= {"127.0.0.1", "127.66.0.1", "::1"}
 
@@ -504,7 +504,7 @@ def test_live_politeness_numbers(web):
     for path in ("/", "/s0/", "/private/ok.html"):
         get(web, "robots-crawl-delay-2.test", path, ua=ua)
     lines = log_for(web, ua, n=3)
-    v = analyze(lines, 1.0, {"robots-crawl-delay-2.test": 2.0})
+    v = analyze(lines, 1.0, {"robots-crawl-delay-2.test": 2.0}, max_in_flight_per_addr=2)
     assert len(v.too_close) == 2 and all(r["required_s"] == 2.0 for r in v.too_close)
     assert 0 <= v.min_gap_s < 1.0 and v.max_in_flight_by_host["robots-crawl-delay-2.test"] == 1
     assert all(r["end"] >= r["start"] and r["status"] == 200 and r["bytes"] > 0 for r in lines)
@@ -512,7 +512,7 @@ def test_live_politeness_numbers(web):
     # real concurrency shows up as in-flight: five parallel 1-second robots.txt requests to one host
     with ThreadPoolExecutor(5) as pool:
         list(pool.map(lambda _: get(web, "robots-slow.test", "/robots.txt", ua="parallel"), range(5)))
-    v = analyze(log_for(web, "parallel", n=5))
+    v = analyze(log_for(web, "parallel", n=5), 1.0, max_in_flight_per_addr=2)
     assert v.max_in_flight_by_host == {"robots-slow.test": 5} and len(v.overlapping) == 4
 
 
@@ -534,7 +534,7 @@ def L(host, start, end, addr="127.10.0.1", **kw):
     ([L("a", 5, 6), L("a", 0, 1)], 1.0, {}, 4.0, 0, 0, 1, 1),            # order of lines does not matter
 ])
 def test_analysis_gaps_and_in_flight(lines, delay, crawl, min_gap, too_close, overlapping, in_flight_host, in_flight_addr):
-    v = analyze(lines, delay, crawl)
+    v = analyze(lines, delay, crawl, max_in_flight_per_addr=2)
     assert v.min_gap_s == min_gap
     assert len(v.too_close) == too_close and len(v.overlapping) == overlapping
     assert v.max_in_flight_host == in_flight_host and v.max_in_flight_addr == in_flight_addr
@@ -543,13 +543,25 @@ def test_analysis_gaps_and_in_flight(lines, delay, crawl, min_gap, too_close, ov
 def test_analysis_flags_and_counts():
     lines = [L("a", 0, 1), L("a", 2, 3, disallowed=True), L("t", 0, 1, kind="trap"), L("t", 5, 6, kind="trap"),
              L("b", 0, 1, in_retry_after=True), L("127.0.0.1", 0.5, 0.6, addr="127.0.0.1", bait=True, kind="bait")]
-    v = analyze(lines, 1.0)
+    v = analyze(lines, 1.0, max_in_flight_per_addr=3)
     assert v.counts() == {"requests": 6, "too_close": 0, "overlapping": 0, "disallowed": 1, "retry_after": 1,
-                          "bait": 1, "max_in_flight_host": 1, "max_in_flight_addr": 3, "trap_requests": 2}
+                          "bait": 1, "max_in_flight_host": 1, "max_in_flight_addr": 3, "crowded_addrs": 0,
+                          "trap_requests": 2}
     assert v.requests_by_host == {"a": 2, "b": 1, "t": 2} and v.trap_requests == {"t": 2}
     assert not v.clean and "SSRF bait: 1" in v.summary()
     assert v.min_slack_s == 0.0 and v.min_gap_by_host == {"a": 1.0, "t": 4.0}
-    assert analyze([L("a", 0, 1), L("a", 2.5, 3)], 1.0).clean
+    assert analyze([L("a", 0, 1), L("a", 2.5, 3)], 1.0, max_in_flight_per_addr=1).clean
+
+
+def test_analysis_per_address_in_flight_over_the_cap_is_not_clean():
+    # three hosts on one address, each polite on its own: only the per-address cap catches them
+    lines = [L("a", 0, 1), L("b", 0.2, 1.2), L("c", 0.4, 1.4), L("d", 0, 1, addr="127.10.0.2")]
+    assert analyze(lines, 1.0, max_in_flight_per_addr=3).clean
+    v = analyze(lines, 1.0, max_in_flight_per_addr=2)
+    assert v.too_close == [] and v.overlapping == [] and v.max_in_flight_host == 1
+    assert v.crowded_addrs == {"127.10.0.1": 3} and not v.clean
+    assert "per address 3 (cap 2, 1 address(es) over it)" in v.summary()
+    assert "crowded: 127.10.0.1 3 in flight > cap 2" in v.summary()
 
 
 class _FakeTransport:

@@ -66,7 +66,7 @@ def crawled(spark, tmp_path_factory):
         out = io.StringIO()
         assert rounds.crawl(spark, conf, ROUNDS, out=out) == ROUNDS
         note("traps crawl: " + out.getvalue().replace("\n", "; ")[:600])
-        yield web, conf, overlay, web.log(), web.violations(host_delay_s=DELAY)
+        yield web, conf, overlay, web.log(), web.violations(host_delay_s=DELAY, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
 
 
 def _hosts(spark, conf) -> dict[str, dict]:

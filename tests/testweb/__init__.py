@@ -3,7 +3,8 @@
     from tests.testweb import TestWeb
     with TestWeb(tmp_path, n_hosts=300, seed=7) as web:      # a subprocess server, ready on return
         crawl(seeds=web.seeds(kinds=["site"]), hosts_file=web.hosts_file, allow=web.allow_cidrs)
-        assert web.violations(host_delay_s=1.0).clean, web.violations().summary()
+        v = web.violations(host_delay_s=1.0, max_in_flight_per_addr=2)
+        assert v.clean, v.summary()
 
 Every host name ends in ``.test`` and maps, in the generated hosts file
 (/etc/hosts format, for ``net.hosts_file``), to its own 127.10.x.y address
@@ -74,8 +75,8 @@ hostile (robots allow all)
 - ``hostile-redirects-b``: the other half of the cross-host chain and loop
 - ``hostile-throttle-seconds`` / ``hostile-throttle-date``: a 6-page site; the first knobs.throttle_count
   requests (per client = peer address + User-Agent) outside a window get 429 with Retry-After in seconds /
-  as an HTTP-date, each opening a window; requests inside a window get 429 again and are logged
-  ``in_retry_after``; after that, 200s
+  as an HTTP-date (knobs.retry_after_s, 12 s: more than the crawler's back-off), each opening a window;
+  requests inside a window get 429 again and are logged ``in_retry_after``; after that, 200s
 - ``hostile-flaky``: a 10-page site answering 503 with probability knobs.flaky_p (seeded sequence)
 - ``hostile-down``: every page 500 (robots.txt fine)
 - ``hostile-hang``: / waits knobs.hang_s (120 s) before the headers

@@ -13,7 +13,10 @@ Definitions (so that expectations are exact):
   clock, and the two may drift apart by a fraction of a millisecond a second.
 - *in flight* = the most requests whose [start, end] intervals overlap at one
   instant (one ending exactly when another starts does not overlap), per host
-  name and per local address.
+  name and per local address. An address whose in flight exceeds the caller's
+  cap ``max_in_flight_per_addr`` (the crawler's ``politeness.max_in_flight_per_ip``)
+  is a violation; one above ``max_in_flight_per_host`` on a host name is one too
+  (a host name overlapping itself is also *overlapping*, see *gap*).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def max_in_flight(lines: Iterable[dict]) -> int:
 @dataclass
 class Violations:
     host_delay_s: float
+    max_in_flight_per_addr: int
     requests: int = 0
     requests_by_host: dict[str, int] = field(default_factory=dict)
     trap_requests: dict[str, int] = field(default_factory=dict)
@@ -79,16 +83,22 @@ class Violations:
     def max_in_flight_addr(self) -> int:
         return max(self.max_in_flight_by_addr.values(), default=0)
 
+    @property
+    def crowded_addrs(self) -> dict[str, int]:
+        """Addresses whose in flight exceeded ``max_in_flight_per_addr``, with that in flight."""
+        return {a: n for a, n in self.max_in_flight_by_addr.items() if n > self.max_in_flight_per_addr}
+
     def counts(self) -> dict[str, int]:
         return {"requests": self.requests, "too_close": len(self.too_close), "overlapping": len(self.overlapping),
                 "disallowed": len(self.disallowed), "retry_after": len(self.retry_after), "bait": len(self.bait),
                 "max_in_flight_host": self.max_in_flight_host, "max_in_flight_addr": self.max_in_flight_addr,
-                "trap_requests": sum(self.trap_requests.values())}
+                "crowded_addrs": len(self.crowded_addrs), "trap_requests": sum(self.trap_requests.values())}
 
     @property
     def clean(self) -> bool:
-        """No politeness, robots, Retry-After or SSRF violation."""
-        return not (self.too_close or self.overlapping or self.disallowed or self.retry_after or self.bait)
+        """No politeness (gaps, per-address in flight), robots, Retry-After or SSRF violation."""
+        return not (self.too_close or self.overlapping or self.crowded_addrs or self.disallowed
+                    or self.retry_after or self.bait)
 
     def summary(self) -> str:
         c = self.counts()
@@ -98,10 +108,13 @@ class Violations:
             f"{c['requests']} requests to {len(self.requests_by_host)} hosts; min gap {gap}, "
             f"min slack vs required delay {slack} (host delay {self.host_delay_s}s)",
             f"too close: {c['too_close']}, overlapping: {c['overlapping']}, max in flight per host "
-            f"{c['max_in_flight_host']}, per address {c['max_in_flight_addr']}",
+            f"{c['max_in_flight_host']}, per address {c['max_in_flight_addr']} (cap {self.max_in_flight_per_addr}, "
+            f"{c['crowded_addrs']} address(es) over it)",
             f"disallowed hit: {c['disallowed']}, inside Retry-After: {c['retry_after']}, SSRF bait: {c['bait']}, "
             f"trap requests: {c['trap_requests']} {dict(sorted(self.trap_requests.items()))}",
         ]
+        for addr, n in sorted(self.crowded_addrs.items())[:3]:
+            lines.append(f"  crowded: {addr} {n} in flight > cap {self.max_in_flight_per_addr}")
         for name, bad in (("too close", self.too_close), ("disallowed", self.disallowed),
                           ("retry-after", self.retry_after), ("bait", self.bait)):
             for r in bad[:3]:
@@ -110,12 +123,18 @@ class Violations:
         return "\n".join(lines)
 
 
-def analyze(lines: list[dict], host_delay_s: float = 1.0, crawl_delays: Mapping[str, float] | None = None,
-            trap_hosts: Iterable[str] | None = None, tolerance_s: float = 0.005) -> Violations:
-    """Compute :class:`Violations` from log lines (``crawl_delays``: host -> robots Crawl-delay)."""
+def analyze(lines: list[dict], host_delay_s: float, crawl_delays: Mapping[str, float] | None = None,
+            trap_hosts: Iterable[str] | None = None, tolerance_s: float = 0.005, *,
+            max_in_flight_per_addr: int) -> Violations:
+    """Compute :class:`Violations` from log lines (``crawl_delays``: host -> robots Crawl-delay).
+
+    ``host_delay_s`` and ``max_in_flight_per_addr`` are the crawler's settings the log is
+    judged against (``politeness.host_delay_s``, ``politeness.max_in_flight_per_ip``): the
+    caller passes them, so a check never judges by a number the crawler was not given.
+    """
     crawl_delays = crawl_delays or {}
     traps = set(trap_hosts) if trap_hosts is not None else {r["host"] for r in lines if r.get("kind") == "trap"}
-    v = Violations(host_delay_s=host_delay_s, requests=len(lines))
+    v = Violations(host_delay_s=host_delay_s, max_in_flight_per_addr=max_in_flight_per_addr, requests=len(lines))
     by_host: dict[str, list[dict]] = {}
     by_addr: dict[str, list[dict]] = {}
     for r in lines:

@@ -74,7 +74,11 @@ class Knobs:
     drip_total_s: float = 600.0                    # ... for this long
     huge_bytes: int = 300 * 2**20                  # hostile-huge body size (streamed, never held)
     hang_s: float = 120.0                          # hostile-hang waits this long before the headers
-    retry_after_s: int = 3                         # Retry-After of the throttle hosts (seconds, or now+this as a date)
+    retry_after_s: int = 12                        # Retry-After of the throttle hosts (seconds, or now+this as a date):
+                                                   # longer than the crawler's own pause after the first two 429s
+                                                   # (host_delay_s + backoff_base_s x 1, x 2 = 6 s, 11 s with the
+                                                   # defaults and a 1 s delay), so a crawler that backed off but
+                                                   # ignored Retry-After would be caught (tests/test_retry_after.py)
     throttle_count: int = 3                        # 429s a client gets (outside windows) before 200s
     flaky_p: float = 0.5                           # probability of 503 on hostile-flaky
     bomb_bytes: int = 2**30                        # decoded size of the gzip and brotli bombs

@@ -23,7 +23,7 @@ class TestWeb:
 
         with TestWeb(tmp_path, n_hosts=300, seed=7) as web:
             web.port, web.hosts_file, web.allow_cidrs, web.url("news-3.test", "/"), web.seeds(kinds=["site"])
-            web.plan, web.log(), web.violations(host_delay_s=1.0)
+            web.plan, web.log(), web.violations(host_delay_s=1.0, max_in_flight_per_addr=2)
 
     ``kinds`` (default: all of ``sites.KINDS``) selects the special hosts; ordinary
     sites fill up to ``n_hosts``. ``knobs`` overrides :class:`~tests.testweb.model.Knobs` fields.
@@ -107,7 +107,8 @@ class TestWeb:
     def log(self) -> list[dict]:
         return read_log(self.log_path) if self.log_path and self.log_path.exists() else []
 
-    def violations(self, host_delay_s: float = 1.0) -> Violations:
+    def violations(self, host_delay_s: float, max_in_flight_per_addr: int) -> Violations:
+        """The log judged against the crawler's delay and per-IP cap (see :func:`analysis.analyze`)."""
         delays = {h.name: h.crawl_delay for h in self.plan.hosts.values() if h.crawl_delay}
         traps = {h.name for h in self.plan.by_kind("trap")}
-        return analyze(self.log(), host_delay_s, delays, traps)
+        return analyze(self.log(), host_delay_s, delays, traps, max_in_flight_per_addr=max_in_flight_per_addr)
