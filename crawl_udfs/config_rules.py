@@ -204,12 +204,15 @@ RULES: dict[str, Check] = {
     "export.hard_link": ANY,
     "export.index_files": COUNT,
     "export.cdxj_records": each(_string(one_of(*WARC_RECORD_TYPES))),
+    "lease.ttl_s": above(0),
+    "lease.heartbeat_s": above(0),
 }
 
-# (smaller, larger): the first key's value may not exceed the second's.
+# (smaller, larger, factor): factor x the first key's value may not exceed the second's.
 RELATIONS = (
-    ("politeness.backoff_base_s", "politeness.backoff_max_s"),
-    ("schedule.retry_base_s", "schedule.retry_max_s"),
+    ("politeness.backoff_base_s", "politeness.backoff_max_s", 1),
+    ("schedule.retry_base_s", "schedule.retry_max_s", 1),
+    ("lease.heartbeat_s", "lease.ttl_s", 2),  # a holder renews at least twice per ttl
 )
 
 
@@ -222,4 +225,5 @@ def problem(dotted: str, value: Any) -> str | None:
 def relation_problems(get: Callable[[str], Any]) -> list[str]:
     """The broken :data:`RELATIONS`, each as a sentence; ``get`` reads a dotted key."""
     return [f"{small} ({get(small)!r}) must not exceed {large} ({get(large)!r})"
-            for small, large in RELATIONS if get(small) > get(large)]
+            + ("" if factor == 1 else f" / {factor}")
+            for small, large, factor in RELATIONS if get(small) * factor > get(large)]

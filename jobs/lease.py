@@ -158,9 +158,7 @@ class Lease:
     """This process's hold on the crawl; :meth:`take` it, :meth:`renew` it, :meth:`release` it."""
 
     def __init__(self, store: _Store, conf: Config, verb: str, *, clock=now_utc):
-        ttl, beat = conf.lease.ttl_s, conf.lease.heartbeat_s
-        if not 0 < beat * 2 <= ttl:
-            raise ConfigError(f"lease.heartbeat_s ({beat}) must be > 0 and at most half of lease.ttl_s ({ttl})")
+        ttl, beat = conf.lease.ttl_s, conf.lease.heartbeat_s  # beat <= ttl / 2: config_rules.RELATIONS
         self.store, self.verb, self.clock = store, verb, clock
         self.ttl, self.heartbeat_s = dt.timedelta(seconds=ttl), beat
         self.holder, self.host, self.pid = uuid.uuid4().hex, socket.gethostname(), os.getpid()

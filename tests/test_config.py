@@ -94,7 +94,7 @@ def test_every_key_has_a_rule_and_every_rule_a_key():
     keys = {k for k, _ in _keys_with_comment_flags()}
     assert sorted(keys - set(config_rules.RULES)) == [], "keys of conf/defaults.toml with no rule in config_rules.RULES"
     assert sorted(set(config_rules.RULES) - keys) == [], "rules for keys conf/defaults.toml does not have"
-    for small, large in config_rules.RELATIONS:
+    for small, large, _ in config_rules.RELATIONS:
         assert {small, large} <= keys
 
 
@@ -171,6 +171,9 @@ def test_relations_between_keys():
     with pytest.raises(config.ConfigError, match="schedule.retry_base_s"):
         config.defaults().with_overrides(schedule__retry_max_s=10.0)
     assert config.load(overrides=["politeness.backoff_base_s=700", "politeness.backoff_max_s=700"])
+    with pytest.raises(config.ConfigError, match=r"lease.heartbeat_s \(61.0\) must not exceed lease.ttl_s \(120.0\) / 2"):
+        config.load(overrides=["lease.heartbeat_s=61"])
+    assert config.load(overrides=["lease.heartbeat_s=60"])
 
 
 def test_relations_hold_for_overlay_files_too(tmp_path):
