@@ -250,8 +250,9 @@ def hold(spark, conf: Config, verb: str, *, force: bool = False, out=None) -> It
             except Exception:  # noqa: BLE001 - storage hiccup: retried next beat, until the expiry
                 ok = lease.lost is None
             if not ok:
+                # Every beat from now on, not once: a job submitted after the loss was seen
+                # (the block may be between two jobs) is cancelled too.
                 spark.sparkContext.cancelAllJobs()
-                return
 
     thread = threading.Thread(target=beat, name="deltacrawl-lease", daemon=True)
     with _lock:
