@@ -2,7 +2,7 @@
 
 ``status --hosts`` (:func:`hosts_report`) lists every host that generate holds
 back or slows down, one line each with the reason: out of budget (pages or
-bytes, by update's rule ``update_transforms.budget_reason`` recomputed against
+bytes, by update's rule ``hosts_transforms.budget_reason`` recomputed against
 the current budgets, with the counters), throttled by trap detection (``hosts.round_cap``), or parked until a
 time in the future (``hosts.park_reason``: fetch failures, Retry-After, a long
 Crawl-delay, robots.txt unavailable, or ``trap: …``).
@@ -54,7 +54,7 @@ def report(spark, conf: Config, *, last_rounds: int = 5) -> str:
 
 def _budget_reason(conf: Config):
     """update's rule (pages checked first): "pages", "bytes" or null, against the current budgets."""
-    from jobs.update_transforms import budget_reason
+    from jobs.hosts_transforms import budget_reason
     return budget_reason(conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host)
 
 

@@ -6,7 +6,7 @@ returns ``{"skipped": True}``; ``generated``/``fetching`` is refused.
 
 Inputs: round N's ``fetch_output`` (one ``page`` row per fetch-list URL, one
 ``host`` row per host) and ``fetch_list`` (the parents' depth, score, hops).
-Transforms: ``jobs/update_transforms.py``. Outputs, in this order:
+Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms.py`` (hosts, traps, budgets). Outputs, in this order:
 
 1. ONE MERGE into ``crawldb`` on ``url_fp``; source = updated rows ∪ new URLs ∪
    budget rows, one row per url_fp (updated > new > budget), flag ``_kind``:
@@ -92,7 +92,7 @@ semi-join of crawldb with the hosts that ran out this round, and new URLs of
 any host out of budget (inserted so). Other statuses are left alone
 (re-crawls stop because generate skips the host). Not "failed": nothing was tried.
 
-Traps (``[trap]``, :func:`jobs.update_transforms.trap_signals` and
+Traps (``[trap]``, :func:`jobs.hosts_transforms.trap_signals` and
 ``judge_traps``): per host, the round's first copies (URLs fetched with content
 for the first time) are split into exact duplicates (row 2), near-duplicates
 (SimHash within ``simhash.near_duplicate_bits`` of another page of the host)
@@ -157,6 +157,7 @@ from typing import Any, Callable
 
 from crawl_udfs.config import Config
 from jobs import common, faults, ledger
+from jobs import hosts_transforms as H
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
 from schemas import counters
@@ -187,19 +188,19 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     """
     park = conf.politeness.failure_park_duration_s
     prepared = keep(T.prepare(fetch_output, fetch_list, crawldb))
-    nxt = T.host_next(hosts, fetch_output, park_duration_s=park, now=now)
+    nxt = H.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
     updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))
     new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
-    signals = T.trap_signals(updated, crawldb, near_bits=conf.simhash.near_duplicate_bits)
-    counts = T.page_counts(updated).join(signals, "host", "left")
-    hosts_new = T.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
-    hosts_new = T.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
-    hosts_new, reached, exhausted = T.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host,
+    signals = H.trap_signals(updated, crawldb, near_bits=conf.simhash.near_duplicate_bits)
+    counts = H.page_counts(updated).join(signals, "host", "left")
+    hosts_new = H.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
+    hosts_new = H.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
+    hosts_new, reached, exhausted = H.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host,
                                                       conf.budget.max_bytes_per_host)
     hosts_new = keep(common.conform(hosts_new, TABLES["hosts"]))
-    budget = T.budget_rows(crawldb, reached, round_no=round_no)
+    budget = H.budget_rows(crawldb, reached, round_no=round_no)
     source = T.merge_source(updated, new, budget, exhausted)  # computed once, by its staging write
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
@@ -329,7 +330,7 @@ def _host_counts(hosts_new, now: dt.datetime) -> dict[str, int]:
     r = hosts_new.agg(
         F.count(F.lit(1)).alias("n"),
         F.coalesce(F.sum(F.col("round_cap").isNotNull().cast("long")), F.lit(0)).alias("t"),
-        F.coalesce(F.sum((F.col("park_reason").startswith("trap:") & (F.col("parked_until") > T._ts(now)))
+        F.coalesce(F.sum((F.col("park_reason").startswith("trap:") & (F.col("parked_until") > T.ts(now)))
                          .cast("long")), F.lit(0)).alias("p")).collect()[0]
     return {"hosts_updated": r.n, "hosts_throttled": r.t, "hosts_trap_parked": r.p}
 

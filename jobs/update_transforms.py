@@ -10,11 +10,7 @@ Pipeline (each step a function, each tested on small DataFrames):
     transition(prepared, host_next, ...)        one new crawl-DB row per page row
     mark_duplicates(updated, crawldb, ...)      exact duplicates by payload digest
     discover(prepared, crawldb, ...)            new URLs from (admitted) outlinks and redirect targets
-    trap_signals(updated, crawldb, ...)         per host: first copies, exact and near duplicates
-    hosts_update(hosts, host_rows, updated,...) the ``hosts`` rows of the round's hosts
-    judge_traps(hosts_new, ...)                 trap strikes, throttle (round_cap), trap park
-    exhausted_hosts(hosts_new, hosts, ...)      hosts out of their page or byte budget, and why
-    budget_rows(crawldb, exhausted, ...)        unfetched URLs of those hosts
+    (jobs/hosts_transforms.py: trap signals, the hosts rows, trap judgement, budgets)
     merge_source(updated, new, budget, ...)     one row per url_fp, flagged ``_kind``
     fetch_log_rows / link_rows                  the round's appends
 """
@@ -28,33 +24,34 @@ from pyspark.sql import functions as F
 
 from crawl_udfs.admission import SAME_DOC_KINDS
 from crawl_udfs.rows import Outcome
-from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from schemas.status import Status
-from schemas.tables import CRAWLDB, FETCH_LOG, HOSTS, LINKS
+from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
 
 #: Helper columns carried beside the crawl-DB columns of updated rows.
-_CAT, _BASE, _CHANGED, _WIRE = "_cat", "_base", "_changed", "_wire"
+CAT, BASE, CHANGED, WIRE = "_cat", "_base", "_changed", "_wire"
 #: Helper column: the row is the URL's first copy (ok, with a digest, and no previous copy).
-_FIRST = "_first"
+FIRST = "_first"
 #: Outcome categories (one per row of the transition table).
 KEEP = "keep"
 #: Statuses whose stored copy can be the original of a duplicate.
 ORIGINAL_STATUSES = (Status.FETCHED.value, Status.NOT_MODIFIED.value)
+#: ``crawldb.error_class`` of a URL marked budget_exhausted: this prefix + ``hosts.budget_reason``.
+BUDGET_ERROR_PREFIX = "budget:"
 
 
-def _plus_seconds(ts: Column, seconds: Column) -> Column:
+def plus_seconds(ts: Column, seconds: Column) -> Column:
     """``ts + seconds`` exactly to the microsecond (no double round trip of the epoch)."""
     return F.timestamp_micros(F.unix_micros(ts) + (seconds * F.lit(1e6)).cast("long"))
 
 
-def _ts(value: dt.datetime) -> Column:
+def ts(value: dt.datetime) -> Column:
     """A timestamp literal from a naive-UTC (or aware) datetime, independent of the driver's local zone."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.timezone.utc)
     return F.lit(value).cast("timestamp")
 
 
-def _touching(big: DataFrame, small: DataFrame, key: str) -> DataFrame:
+def touching(big: DataFrame, small: DataFrame, key: str) -> DataFrame:
     """The rows of ``big`` whose ``key`` occurs in ``small``: a broadcast semi-join, so a
     left join of the small side against it never shuffles the big table."""
     return big.join(F.broadcast(small.select(key).distinct()), key, "left_semi")
@@ -67,9 +64,9 @@ def prepare(pages: DataFrame, fetch_list: DataFrame, crawldb: DataFrame) -> Data
     fl = fetch_list.select("url_fp", F.col("depth").alias("_list_depth"), F.col("score").alias("_list_score"),
                            F.col("redirect_hops").alias("_list_hops"))
     p = pages.where(F.col("kind") == "page").dropDuplicates(["url_fp"])
-    old = _touching(crawldb, p, "url_fp").select([F.col(f.name).alias(f"o_{f.name}") for f in CRAWLDB.fields])
+    old = touching(crawldb, p, "url_fp").select([F.col(f.name).alias(f"o_{f.name}") for f in CRAWLDB.fields])
     p = p.join(fl, "url_fp", "left").join(old, F.col("url_fp") == F.col("o_url_fp"), "left")
-    return p.withColumn(_CAT, category(F.col("outcome"), F.col("status_code")))
+    return p.withColumn(CAT, category(F.col("outcome"), F.col("status_code")))
 
 
 def category(outcome: Column, code: Column) -> Column:
@@ -100,12 +97,12 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
     round): deferred and not-attempted URLs are pushed to them, nothing else changes.
     ``schedule`` is the ``[schedule]`` config section.
     """
-    cat, o = F.col(_CAT), (lambda c: F.col(f"o_{c}"))
+    cat, o = F.col(CAT), (lambda c: F.col(f"o_{c}"))
     keep = cat == KEEP
     attempted = ~keep
     has_response = F.col("status_code").isNotNull() & attempted
     stored = cat.isin("ok", "not_modified")
-    now_ts = _ts(now)
+    now_ts = ts(now)
     base = F.coalesce(F.col("fetch_time"), now_ts)
     old_retries = F.coalesce(o("retries"), F.lit(0))
     failed = cat.isin("retry", "final", "bad_redirect")
@@ -135,7 +132,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
     wait = F.when((cat == "retry") & ~exhausted, backoff).otherwise(interval)
     old_next = F.coalesce(o("next_fetch_time"), now_ts)
     next_time = F.when(keep, F.greatest(old_next, F.col("_h_next"), F.col("_h_parked"))).otherwise(
-        _plus_seconds(base, wait))
+        plus_seconds(base, wait))
     changed = (F.when(cat == "not_modified", F.lit(False))
                .when((cat == "ok") & o("digest").isNotNull() & F.col("digest").isNotNull(),
                      F.col("digest") != o("digest")))
@@ -182,12 +179,12 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         "warc_fetch_time": on(ok, F.col("fetch_time"), "warc_fetch_time"),
         "redirect_to": F.when(redirect, F.col("redirect_to")).when(keep | ~has_response, o("redirect_to")),
         "url": F.col("url"),
-        _CAT: cat,
-        _BASE: base,
-        _CHANGED: changed,
-        _WIRE: F.when(has_response, F.coalesce(F.col("wire_bytes"), F.lit(0))).otherwise(0).cast("long"),
+        CAT: cat,
+        BASE: base,
+        CHANGED: changed,
+        WIRE: F.when(has_response, F.coalesce(F.col("wire_bytes"), F.lit(0))).otherwise(0).cast("long"),
         "_stored": stored,
-        _FIRST: ok & F.col("digest").isNotNull() & o("digest").isNull(),
+        FIRST: ok & F.col("digest").isNotNull() & o("digest").isNull(),
     }
     return df.select([c.alias(k) for k, c in cols.items()])
 
@@ -201,7 +198,7 @@ def mark_duplicates(updated: DataFrame, crawldb: DataFrame, *, duplicate_interva
     among the batch's rows becomes ``duplicate`` with ``dup_of`` = the original.
     """
     batch = updated.where(F.col("_stored") & F.col("digest").isNotNull()).select("url_fp", "digest", "first_seen")
-    touched = updated.where(F.col(_CAT) != KEEP).select("url_fp")
+    touched = updated.where(F.col(CAT) != KEEP).select("url_fp")
     digests = batch.select("digest").distinct()
     stored = (crawldb.where(F.col("status").isin(*ORIGINAL_STATUSES) & F.col("digest").isNotNull())
               .select("url_fp", "digest", "first_seen")
@@ -215,14 +212,14 @@ def mark_duplicates(updated: DataFrame, crawldb: DataFrame, *, duplicate_interva
     return (df.withColumn("status", F.when(dup, Status.DUPLICATE.value).otherwise(F.col("status")))
             .withColumn("dup_of", F.when(dup, F.col("_orig")).otherwise(F.col("dup_of")))
             .withColumn("fetch_interval_s", F.when(dup, iv).otherwise(F.col("fetch_interval_s")))
-            .withColumn("next_fetch_time", F.when(dup, _plus_seconds(F.col(_BASE), iv))
+            .withColumn("next_fetch_time", F.when(dup, plus_seconds(F.col(BASE), iv))
                         .otherwise(F.col("next_fetch_time")))
             .drop("_orig"))
 
 
 # -- 3. discovery ------------------------------------------------------------------------------
 def _edges(prepared: DataFrame) -> DataFrame:
-    src = prepared.where(F.col("outlinks").isNotNull() & (F.col(_CAT) != KEEP))
+    src = prepared.where(F.col("outlinks").isNotNull() & (F.col(CAT) != KEEP))
     return src.select(F.col("url_fp").alias("src_fp"),
                       F.coalesce(F.col("_list_depth"), F.col("o_depth"), F.lit(0)).alias("src_depth"),
                       F.coalesce(F.col("_list_score"), F.col("o_score"), F.lit(0.0)).alias("src_score"),
@@ -266,8 +263,8 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow:
          .alias("score"))
     best = F.min(F.struct("depth", "redirect_hops", "src_fp", "url", "host")).alias("b")
     d = e.groupBy("url_fp").agg(best, F.max("score").alias("score"))
-    d = d.join(_touching(crawldb.select("url_fp"), d, "url_fp"), "url_fp", "left_anti")
-    now_ts = _ts(now)
+    d = d.join(touching(crawldb.select("url_fp"), d, "url_fp"), "url_fp", "left_anti")
+    now_ts = ts(now)
     zero = F.lit(0)
     return d.select(
         "url_fp", F.col("b.host").alias("host"), F.lit(Status.UNFETCHED.value).alias("status"),
@@ -280,243 +277,7 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow:
         F.col("b.src_fp").alias("source_fp"), F.col("b.url").alias("url"))
 
 
-# -- 4. trap signals ----------------------------------------------------------------------------
-def _blocks(simhash: Column, near_bits: int) -> Column:
-    """``near_bits + 1`` disjoint bit blocks of a 64-bit SimHash, as an array of (i, value) structs."""
-    n = int(near_bits) + 1
-    out = []
-    for i in range(n):
-        lo, hi = i * 64 // n, (i + 1) * 64 // n
-        v = F.shiftrightunsigned(simhash, lo)
-        if hi - lo < 64:
-            v = v.bitwiseAND(F.lit((1 << (hi - lo)) - 1).cast("long"))
-        out.append(F.struct(F.lit(i).alias("i"), v.alias("v")))
-    return F.array(*out)
-
-
-def trap_signals(updated: DataFrame, crawldb: DataFrame, *, near_bits: int) -> DataFrame:
-    """Per host of the round: ``t_pages`` first copies, ``t_exact`` exact and ``t_near`` near duplicates.
-
-    A first copy is an ok row with a digest for a URL that had no stored copy
-    (``_first``); re-fetches are not judged (an unchanged page is no trap). It
-    is an exact duplicate when ``mark_duplicates`` made it ``duplicate``
-    (another URL's digest, any host). Otherwise it is a near-duplicate when its
-    SimHash (not null, not :data:`crawl_udfs.simhash.EMPTY`) is within
-    ``near_bits`` bits of a stored SimHash of another URL of the same host in
-    ``crawldb``, or of the SimHash of a first copy of the round with a smaller
-    url_fp (so of n identical first copies, n - 1 are near-duplicates).
-
-    Cheap and exact by the pigeonhole banding of Manku, Jain and Das Sarma
-    (WWW 2007): two 64-bit values within k bits agree on at least one of k + 1
-    disjoint blocks, so candidates are found by an equi-join on (host, block
-    index, block value) and checked with ``bit_count(a ^ b) <= k``. The crawl-DB
-    side is reduced to distinct (host, simhash) of the round's hosts and the
-    round side to (host, simhash, smallest url_fp), so identical pages cost one
-    row each. Reads ``host``/``simhash`` of the crawl DB (O(crawl DB) in those
-    two columns, semi-joined with the round's broadcast hosts).
-    """
-    k = int(near_bits)
-    if not 0 <= k <= 15:
-        raise ValueError(f"simhash.near_duplicate_bits must be within 0..15, got {k}")
-    first = updated.where(F.col(_FIRST))
-    exact = F.col("status") == Status.DUPLICATE.value
-    cand = first.where(~exact & F.col("simhash").isNotNull() & (F.col("simhash") != F.lit(EMPTY_SIMHASH))).select(
-        "host", "url_fp", "simhash")
-    hosts = cand.select("host").distinct()
-    stored = (crawldb.where(F.col("simhash").isNotNull() & (F.col("simhash") != F.lit(EMPTY_SIMHASH))).select("host", "simhash")
-              .join(F.broadcast(hosts), "host", "left_semi").distinct()
-              .select("host", F.col("simhash").alias("k_sim"), F.lit(None).cast("long").alias("k_fp")))
-    peers = cand.groupBy("host", F.col("simhash").alias("k_sim")).agg(F.min("url_fp").alias("k_fp"))
-    known = stored.unionByName(peers)
-    kb = known.select("host", "k_sim", "k_fp", F.explode(_blocks(F.col("k_sim"), k)).alias("b"))
-    cb = cand.select("host", "url_fp", "simhash", F.explode(_blocks(F.col("simhash"), k)).alias("b"))
-    close = F.bit_count(F.col("simhash").bitwiseXOR(F.col("k_sim"))) <= F.lit(k)
-    earlier = F.col("k_fp").isNull() | (F.col("k_fp") < F.col("url_fp"))
-    near = (cb.join(kb, ["host", "b"]).where(close & earlier).select("url_fp").distinct()
-            .withColumn("_near", F.lit(True)))
-    j = first.select("host", "url_fp", exact.alias("_exact")).join(near, "url_fp", "left")
-    return j.groupBy("host").agg(
-        F.count(F.lit(1)).cast("long").alias("t_pages"),
-        F.sum(F.col("_exact").cast("long")).cast("long").alias("t_exact"),
-        F.sum((~F.col("_exact") & F.coalesce(F.col("_near"), F.lit(False))).cast("long")).cast("long")
-         .alias("t_near"))
-
-
-# -- 5. hosts ---------------------------------------------------------------------------------
-def host_next(hosts: DataFrame, host_rows: DataFrame, *, park_duration_s: float, now: dt.datetime) -> DataFrame:
-    """``host``, ``next_allowed_at``, ``parked_until`` after this round (for deferred URLs)."""
-    h = _host_rows(host_rows)
-    old = _touching(hosts, host_rows, "host").select("host", F.col("next_allowed_at").alias("o_next"),
-                                                     F.col("parked_until").alias("o_parked"))
-    return h.join(old, "host", "full").select(
-        "host", F.coalesce(F.col("next_allowed_at"), F.col("o_next")).alias("next_allowed_at"),
-        _parked_until(park_duration_s, now).alias("parked_until"))
-
-
-def _parked_until(park_duration_s: float, now: dt.datetime) -> Column:
-    until = _plus_seconds(_ts(now), F.lit(float(park_duration_s)))
-    return F.when(F.coalesce(F.col("parked"), F.lit(False)), until).otherwise(F.col("o_parked"))
-
-
-def _host_rows(host_rows: DataFrame) -> DataFrame:
-    """One row per host (the contract gives one; a second one, if any, only adds its requests)."""
-    from pyspark.sql import Window
-    h = host_rows.where(F.col("kind") == "host")
-    w = Window.partitionBy("host")
-    first = F.row_number().over(w.orderBy("partition", F.col("robots_fetched_at").desc_nulls_last()))
-    return (h.withColumn("requests", F.sum(F.coalesce(F.col("requests"), F.lit(0))).over(w))
-            .withColumn("_n", first).where(F.col("_n") == 1).drop("_n"))
-
-
-def page_counts(updated: DataFrame) -> DataFrame:
-    """Per host: pages with a response, their wire bytes, duplicates, pages with new content."""
-    attempted = F.col(_CAT) != KEEP
-    return updated.groupBy("host").agg(
-        F.sum(F.when(attempted & F.col("http_status").isNotNull(), 1).otherwise(0)).cast("long").alias("p_pages"),
-        F.sum(F.col(_WIRE)).cast("long").alias("p_bytes"),
-        F.sum(F.when(attempted & (F.col("status") == Status.DUPLICATE.value), 1).otherwise(0))
-         .cast("long").alias("p_dups"),
-        F.sum(F.when((F.col(_CAT) == "ok") & (F.col("status") != Status.DUPLICATE.value)
-                     & F.coalesce(F.col(_CHANGED), F.lit(True)), 1).otherwise(0)).cast("long").alias("p_new"))
-
-
-#: hosts columns of the trap state, carried by hosts_update and changed by judge_traps.
-_TRAP_STATE = ("budget_reason", "round_cap", "trap_strikes", "trap_new_share", "trap_streak_pages",
-               "trap_streak_exact", "trap_streak_near")
-
-
-def hosts_update(hosts: DataFrame, host_rows: DataFrame, counts: DataFrame, *, park_duration_s: float,
-                 round_no: int, now: dt.datetime) -> DataFrame:
-    """New ``hosts`` rows (HOSTS columns) for every host of the round: old row + what the task learnt.
-
-    ``counts`` is :func:`page_counts`, optionally joined with :func:`trap_signals`
-    (``t_pages``/``t_exact``/``t_near``, 0 when absent); those three are passed on
-    beside the HOSTS columns for :func:`judge_traps`, and the trap state is the old row's.
-    ``delay_s`` is the task's (the old row's when the host had no task); ``resolve_error``
-    is kept only while the host still has no address.
-    """
-    if "t_pages" not in counts.columns:
-        counts = counts.select("*", *[F.lit(0).cast("long").alias(c) for c in ("t_pages", "t_exact", "t_near")])
-    h = _host_rows(host_rows)
-    old = _touching(hosts, host_rows.select("host").unionByName(counts.select("host")), "host")
-    old = old.select([F.col(f.name).alias(f"o_{f.name}") for f in HOSTS.fields])
-    df = (h.join(counts, "host", "full").join(old, F.col("host") == F.col("o_host"), "left")
-          .withColumn("o_parked", F.col("o_parked_until")))
-    robots = F.col("robots_fetched_at").isNotNull()
-
-    def r(c: str) -> Column:
-        return F.when(robots, F.col(c)).otherwise(F.col(f"o_{c}"))
-
-    def add(old_c: str, new: Column) -> Column:
-        return (F.coalesce(F.col(f"o_{old_c}"), F.lit(0)) + F.coalesce(new, F.lit(0))).cast("long")
-
-    return df.select(
-        "host", F.coalesce(F.col("ip"), F.col("o_ip")).alias("ip"),
-        F.coalesce(F.col("next_allowed_at"), F.col("o_next_allowed_at")).alias("next_allowed_at"),
-        F.coalesce(F.col("consecutive_failures"), F.col("o_consecutive_failures"), F.lit(0))
-         .alias("consecutive_failures"),
-        _parked_until(park_duration_s, now).alias("parked_until"),
-        F.when(F.coalesce(F.col("parked"), F.lit(False)), F.col("park_reason"))
-         .otherwise(F.col("o_park_reason")).alias("park_reason"),
-        r("robots_status").alias("robots_status"), r("robots_fetched_at").alias("robots_fetched_at"),
-        r("robots_expires_at").alias("robots_expires_at"), r("crawl_delay_s").alias("crawl_delay_s"),
-        add("pages_fetched", F.col("p_pages")).alias("pages_fetched"),
-        add("bytes_fetched", F.col("p_bytes")).alias("bytes_fetched"),
-        add("requests", F.col("requests")).alias("requests"),
-        add("duplicate_pages", F.col("p_dups")).alias("duplicate_pages"),
-        add("new_content_pages", F.col("p_new")).alias("new_content_pages"),
-        F.lit(int(round_no)).cast("long").alias("updated_round"),
-        r("sitemaps").alias("sitemaps"), r("robots_body").alias("robots_body"),
-        *[F.col(f"o_{c}").alias(c) for c in _TRAP_STATE],
-        add("near_duplicate_pages", F.col("t_near")).alias("near_duplicate_pages"),
-        F.coalesce(F.col("delay_s"), F.col("o_delay_s")).alias("delay_s"),
-        F.when(F.coalesce(F.col("ip"), F.col("o_ip")).isNull(), F.col("o_resolve_error")).alias("resolve_error"),
-        *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in ("t_pages", "t_exact", "t_near")])
-
-
-def judge_traps(hosts_new: DataFrame, trap, *, base_cap: int, now: dt.datetime) -> DataFrame:
-    """The trap rule on :func:`hosts_update` rows (``trap`` is the ``[trap]`` section).
-
-    A round is judged when ``pages_fetched >= trap.min_pages`` and ``t_pages > 0``;
-    its new-content share is ``(t_pages - t_exact - t_near) / t_pages``. A judged
-    round under ``trap.max_new_share`` is a strike: ``trap_strikes`` + 1 and the
-    streak counters grow; any other judged round sets them to 0 and lifts the
-    throttle (``round_cap`` null). From ``trap.throttle_after_rounds`` strikes on,
-    each strike halves ``round_cap`` (from ``base_cap``, generate's cap; at least
-    1). At ``trap.park_after_rounds`` strikes the host is parked:
-    ``parked_until = now + trap.park_duration_s``, ``park_reason = "trap: …"``
-    (the streak's duplicate share, exact and near counts, and its rounds).
-    Unjudged rounds change nothing. Returns the same columns.
-    """
-    z = F.lit(0)
-    pages, ex, near = F.col("t_pages"), F.col("t_exact"), F.col("t_near")
-    judged = (F.col("pages_fetched") >= F.lit(int(trap.min_pages))) & (pages > 0)
-    share = (pages - ex - near).cast("double") / F.greatest(pages, F.lit(1)).cast("double")
-    low = judged & (share < F.lit(float(trap.max_new_share)))
-
-    def streak(col: str, add: Column) -> Column:
-        old = F.coalesce(F.col(col), z)
-        return F.when(low, old + add).when(judged, z).otherwise(F.col(col)).cast("long")
-
-    strikes = F.when(low, F.coalesce(F.col("trap_strikes"), z) + 1).when(judged, z).otherwise(F.col("trap_strikes"))
-    df = (hosts_new.withColumn("trap_strikes", strikes.cast("int"))
-          .withColumn("trap_new_share", F.when(judged, share).otherwise(F.col("trap_new_share")))
-          .withColumn("trap_streak_pages", streak("trap_streak_pages", pages))
-          .withColumn("trap_streak_exact", streak("trap_streak_exact", ex))
-          .withColumn("trap_streak_near", streak("trap_streak_near", near)))
-    throttle = low & (F.col("trap_strikes") >= F.lit(int(trap.throttle_after_rounds)))
-    cap = F.coalesce(F.col("round_cap"), F.lit(int(base_cap)))
-    df = df.withColumn("round_cap", F.when(throttle, F.greatest(F.floor(cap / 2), F.lit(1)).cast("int"))
-                       .when(judged & ~low, F.lit(None).cast("int")).otherwise(F.col("round_cap")))
-    park = low & (F.col("trap_strikes") >= F.lit(int(trap.park_after_rounds)))
-    dups = F.col("trap_streak_exact") + F.col("trap_streak_near")
-    pct = F.round(F.lit(100.0) * dups / F.greatest(F.col("trap_streak_pages"), F.lit(1))).cast("int")
-    reason = F.format_string("trap: %d%% duplicates (%d exact, %d near-duplicates of %d new pages) over %d rounds",
-                             pct,
-                             F.col("trap_streak_exact"), F.col("trap_streak_near"), F.col("trap_streak_pages"),
-                             F.col("trap_strikes"))
-    until = _plus_seconds(_ts(now), F.lit(float(trap.park_duration_s)))
-    return (df.withColumn("parked_until", F.when(park, until).otherwise(F.col("parked_until")))
-            .withColumn("park_reason", F.when(park, reason).otherwise(F.col("park_reason"))))
-
-
-# -- 6. budget and the merge source -----------------------------------------------------------
-#: ``crawldb.error_class`` of a URL marked budget_exhausted: this prefix + ``hosts.budget_reason``.
-BUDGET_ERROR_PREFIX = "budget:"
-
-
-def budget_reason(max_pages_per_host: int, max_bytes_per_host: int) -> Column:
-    """Which budget a ``hosts`` row has used up: "pages", "bytes", or null (pages checked first)."""
-    return (F.when(F.col("pages_fetched") >= F.lit(int(max_pages_per_host)), F.lit("pages"))
-            .when(F.col("bytes_fetched") >= F.lit(int(max_bytes_per_host)), F.lit("bytes")))
-
-
-def exhausted_hosts(hosts_new: DataFrame, hosts: DataFrame, max_pages_per_host: int,
-                    max_bytes_per_host: int) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(``hosts_new`` with ``budget_reason`` set, hosts of this round now out of budget, every host out
-    of budget after this round); the last two have ``host`` and ``budget_reason``.
-
-    The reason is recomputed from the counters and the current budgets every
-    round, so raising a budget frees a host for the URLs it discovers later.
-    """
-    why = budget_reason(max_pages_per_host, max_bytes_per_host)
-    hosts_new = hosts_new.withColumn("budget_reason", why)
-    now_at = hosts_new.where(F.col("budget_reason").isNotNull()).select("host", "budget_reason")
-    earlier = (hosts.withColumn("budget_reason", why).where(F.col("budget_reason").isNotNull())
-               .select("host", "budget_reason").join(hosts_new.select("host"), "host", "left_anti"))
-    return hosts_new, now_at, now_at.unionByName(earlier)
-
-
-def budget_rows(crawldb: DataFrame, exhausted: DataFrame, *, round_no: int) -> DataFrame:
-    """Unfetched crawl-DB rows of exhausted hosts, as ``budget_exhausted`` rows (CRAWLDB columns) with
-    ``error_class`` = "budget:" + the host's ``budget_reason``."""
-    ex = F.broadcast(exhausted.select("host", "budget_reason"))
-    rows = crawldb.where(F.col("status") == Status.UNFETCHED.value).join(ex, "host", "inner")
-    return (rows.withColumn("status", F.lit(Status.BUDGET_EXHAUSTED.value))
-            .withColumn("error_class", F.concat(F.lit(BUDGET_ERROR_PREFIX), F.col("budget_reason")))
-            .withColumn("updated_round", F.lit(int(round_no)).cast("long")).drop("budget_reason"))
-
-
+# -- 6. the merge source ---------------------------------------------------------------------
 def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhausted: DataFrame) -> DataFrame:
     """One row per url_fp (update > new > budget), CRAWLDB columns + ``_kind``.
 
@@ -549,8 +310,8 @@ def fetch_log_rows(prepared: DataFrame, updated: DataFrame, *, round_no: int) ->
     ``updated`` is :func:`mark_duplicates`' result: ``dup_of`` is the decision that
     sets ``crawldb.dup_of``, kept per capture, so the export's ``duplicate_of`` of
     every capture is update's decision (the crawl DB keeps only the latest)."""
-    ch = updated.select("url_fp", F.col(_CHANGED).alias("changed"), "dup_of")
-    p = prepared.where(F.col(_CAT) != KEEP).join(ch, "url_fp", "left")
+    ch = updated.select("url_fp", F.col(CHANGED).alias("changed"), "dup_of")
+    p = prepared.where(F.col(CAT) != KEEP).join(ch, "url_fp", "left")
     p = (p.withColumn("round", F.lit(int(round_no)).cast("long"))
          .withColumn("n_outlinks", F.when(F.col("outlinks").isNull(), 0).otherwise(F.size("outlinks"))))
     return p.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in FETCH_LOG.fields])

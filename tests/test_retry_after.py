@@ -14,7 +14,8 @@ import pytest
 from crawl_udfs import config
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem
-from crawl_udfs.url_normalize import fingerprint, host_of, normalize
+from crawl_udfs.url_normalize import fingerprint, host_of
+from tests.urls import normalize
 from tests.testweb import Knobs, TestWeb
 
 DELAY = 1.0
