@@ -444,7 +444,8 @@ def _robots_redirect_crawl(tmp_path, with_target_pages: bool):
         items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in urls]
         out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"o-{i}.warc.gz"))
         lines = [r for r in web.log() if r["ua"] == conf.crawler.user_agent]
-        return web, out, lines, web.violations(host_delay_s=0.3), OFFSITE_TARGET
+        v = web.violations(host_delay_s=0.3, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
+        return web, out, lines, v, OFFSITE_TARGET
 
 
 def test_a_robots_redirect_to_a_crawled_host_waits_for_that_hosts_delay(tmp_path):

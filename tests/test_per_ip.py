@@ -60,7 +60,8 @@ def crawled(spark, tmp_path_factory):
         assert cli.main(base + ["init"]) == 0
         assert cli.main(base + ["inject", str(seeds)]) == 0
         assert cli.main(base + ["crawl", "--rounds", "1"]) == 0
-        yield web, config.load([overlay]), web.violations(host_delay_s=DELAY)
+        conf = config.load([overlay])
+        yield web, conf, web.violations(host_delay_s=DELAY, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
 
 
 def test_per_address_in_flight_holds_in_the_first_round(spark, crawled):
