@@ -31,11 +31,16 @@ def run(*args: str) -> None:
     subprocess.run(cmd, check=True)
 
 
-def problems(v: Violations, ip_cap: int) -> list[str]:
-    """What the server-side check found wrong: politeness, robots, Retry-After, SSRF, per-IP cap."""
-    found = [] if v.clean else ["politeness, robots.txt, Retry-After or SSRF violations (see above)"]
-    if v.max_in_flight_addr > ip_cap:
-        found.append(f"{v.max_in_flight_addr} requests in flight to one address, cap {ip_cap}")
+def problems(v: Violations) -> list[str]:
+    """What the server-side check found wrong (politeness gaps, per-address in flight, robots.txt,
+    Retry-After, SSRF bait: ``Violations.clean``), one phrase each."""
+    if v.clean:
+        return []
+    found = [f"{len(v.too_close) + len(v.overlapping)} politeness gap(s)"] if v.too_close or v.overlapping else []
+    found += [f"{n} requests in flight to {a}, cap {v.max_in_flight_per_addr}" for a, n in v.crowded_addrs.items()]
+    found += [f"{len(x)} {what}" for what, x in (("robots.txt violation(s)", v.disallowed),
+                                                  ("request(s) inside Retry-After", v.retry_after),
+                                                  ("SSRF bait request(s)", v.bait)) if x]
     return found
 
 
@@ -59,7 +64,7 @@ def main() -> int:
         v = web.violations(host_delay_s=conf.politeness.host_delay_s,
                            max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
         print("\nserver-side politeness check: " + v.summary().replace("\n", "\n  "))
-    found = problems(v, conf.politeness.max_in_flight_per_ip)
+    found = problems(v)
     if found:
         print("\nFAILED: " + "; ".join(found), file=sys.stderr)
         return 1

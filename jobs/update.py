@@ -157,7 +157,7 @@ from typing import Any, Callable
 
 from crawl_udfs.config import Config
 from jobs import common, faults, ledger
-from jobs import hosts_transforms as H
+from jobs import hosts_transforms as HT
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
 from schemas import counters
@@ -188,19 +188,19 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     """
     park = conf.politeness.failure_park_duration_s
     prepared = keep(T.prepare(fetch_output, fetch_list, crawldb))
-    nxt = H.host_next(hosts, fetch_output, park_duration_s=park, now=now)
+    nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
     updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))
     new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
-    signals = H.trap_signals(updated, crawldb, near_bits=conf.simhash.near_duplicate_bits)
-    counts = H.page_counts(updated).join(signals, "host", "left")
-    hosts_new = H.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
-    hosts_new = H.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
-    hosts_new, reached, exhausted = H.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host,
+    signals = HT.trap_signals(updated, crawldb, near_bits=conf.simhash.near_duplicate_bits)
+    counts = HT.page_counts(updated).join(signals, "host", "left")
+    hosts_new = HT.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
+    hosts_new = HT.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
+    hosts_new, reached, exhausted = HT.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host,
                                                       conf.budget.max_bytes_per_host)
     hosts_new = keep(common.conform(hosts_new, TABLES["hosts"]))
-    budget = H.budget_rows(crawldb, reached, round_no=round_no)
+    budget = HT.budget_rows(crawldb, reached, round_no=round_no)
     source = T.merge_source(updated, new, budget, exhausted)  # computed once, by its staging write
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),

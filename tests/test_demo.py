@@ -25,12 +25,12 @@ _spec.loader.exec_module(demo)
     ({"max_in_flight_by_addr": {"127.10.0.1": 3}}, 1),   # over it
 ])
 def test_demo_problems(found, want):
-    assert len(demo.problems(Violations(host_delay_s=1.0, **found), ip_cap=2)) == want
+    assert len(demo.problems(Violations(host_delay_s=1.0, max_in_flight_per_addr=2, **found))) == want
 
 
 def test_demo_exits_non_zero_on_a_violation(monkeypatch, tmp_path):
     """main() itself: the commands replaced by no-ops, the test web's log by one with a violation."""
-    bad = Violations(host_delay_s=1.0, too_close=[{"host": "a.test", "path": "/", "start": 0.0}])
+    bad = Violations(host_delay_s=1.0, max_in_flight_per_addr=2, too_close=[{"host": "a.test", "path": "/", "start": 0.0}])
 
     class FakeWeb:
         hosts_file, allow_cidrs = str(tmp_path / "hosts"), ("127.10.0.0/16",)
@@ -47,7 +47,7 @@ def test_demo_exits_non_zero_on_a_violation(monkeypatch, tmp_path):
         def seeds(self):
             return ["http://a.test/"]
 
-        def violations(self, host_delay_s):
+        def violations(self, host_delay_s, max_in_flight_per_addr):
             return bad
 
     monkeypatch.setattr(demo, "DATA", tmp_path / "demo-data")

@@ -325,7 +325,7 @@ def test_index_and_crawl_db_agree_on_the_original(spark):
     """Where the old two rules disagreed: ``b`` was fetched first, ``a`` seen first. Update decides (``a``,
     the URL seen first); the index's duplicate_of names the same original as crawldb.dup_of."""
     from jobs import update_transforms as T
-    from jobs import hosts_transforms as H
+    from jobs import hosts_transforms as HT
     from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT
     from tests.test_update import FIRST, NOW, T0, CONF, by_url, frame, no_hosts, old, page, sec
 
@@ -336,7 +336,7 @@ def test_index_and_crawl_db_agree_on_the_original(spark):
     pages = [page(a, **{**stored, "fetch_time": T0 + sec(60)}), page(b, **{**stored, "fetch_time": T0}),
              page(c, **{**stored, "digest": "sha1:OTHER"})]
     prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, [], FETCH_LIST), crawldb)
-    nxt = H.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
+    nxt = HT.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
     updated = T.mark_duplicates(T.transition(prepared, nxt, CONF.schedule, round_no=1, now=NOW), crawldb,
                                 duplicate_interval_s=CONF.schedule.duplicate_interval_s)
     url_of = {fingerprint(u): u for u in (a, b, c)}

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from crawl_udfs import config, dns, fetcher
+from crawl_udfs import config, connection, dns, fetcher
 from crawl_udfs.fetcher import Fetcher
 
 ALLOWED, REFUSED = "127.0.0.1", "127.0.0.2"
@@ -119,7 +119,7 @@ def plain_sockets(monkeypatch):
         family, type_, proto, _, _ = addr_info
         return socket.socket(family=family, type=type_, proto=proto)
 
-    monkeypatch.setattr(fetcher._GuardedConnector, "_socket", make)
+    monkeypatch.setattr(connection.GuardedConnector, "_socket", make)
 
 
 def test_dns_rebinding_is_refused_by_the_resolver(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from crawl_udfs import config
 from crawl_udfs.config import ConfigError
 from crawl_udfs.url_normalize import fingerprint, host_of
-from jobs import hosts_transforms as H
+from jobs import hosts_transforms as HT
 from jobs import update_transforms as T
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT, HOSTS
@@ -160,7 +160,7 @@ def transitioned(spark):
                                new_content_pages=0, updated_round=0)], HOSTS)
     fetch_output = frame(spark, pages, FETCH_OUTPUT)
     prepared = T.prepare(fetch_output, frame(spark, [], FETCH_LIST), crawldb)
-    nxt = H.host_next(hosts, fetch_output, park_duration_s=60.0, now=NOW)
+    nxt = HT.host_next(hosts, fetch_output, park_duration_s=60.0, now=NOW)
     return by_url(T.transition(prepared, nxt, CONF.schedule, round_no=1, now=NOW))
 
 
@@ -200,7 +200,7 @@ def test_exact_duplicates(spark):
              page(u + "l", "ok", status_code=200, digest="sha1:D5")]
     crawldb = frame(spark, olds, CRAWLDB)
     prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, [], FETCH_LIST), crawldb)
-    nxt = H.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
+    nxt = HT.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
     up = T.transition(prepared, nxt, CONF.schedule, round_no=1, now=NOW)
     got = by_url(T.mark_duplicates(up, crawldb, duplicate_interval_s=700000.0))
     fp = fingerprint
@@ -279,7 +279,7 @@ def test_links_and_fetch_log(spark):
     p1 = {(r.dst_url, r.kind, r.nofollow) for r in links if r.src_fp == fingerprint("http://a.test/p1")}
     assert ("http://a.test/y", "a", True) in p1 and ("http://a.test/canon", "canonical", True) in p1
     assert all(r["round"] == 4 for r in links)
-    nxt = H.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
+    nxt = HT.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
     up = T.transition(prepared, nxt, CONF.schedule, round_no=4, now=NOW)
     log = {r.url: r for r in T.fetch_log_rows(prepared, up, round_no=4).collect()}
     assert set(log) == {"http://a.test/p1", "http://a.test/p2", "http://b.test/p3", "http://a.test/p5"}
@@ -403,14 +403,14 @@ def test_trap_signals_exact_near_and_new(spark):
     crawldb = spark.createDataFrame([("a.test", 100, s), ("a.test", 101, 0), ("c.test", 102, s),
                                      ("a.test", 103, None)], "host string, url_fp long, simhash long")
     got = {r.host: (r.t_pages, r.t_exact, r.t_near)
-           for r in H.trap_signals(updated, crawldb, near_bits=3).collect()}
+           for r in HT.trap_signals(updated, crawldb, near_bits=3).collect()}
     assert got == {"a.test": (6, 1, 2), "b.test": (1, 0, 0)}
     # identical first copies of one round: all but the one with the smallest url_fp are near-duplicates
     same = spark.createDataFrame([("t.test", i, "fetched", s, True) for i in range(5)], SIG_SCHEMA)
-    got = H.trap_signals(same, crawldb.limit(0), near_bits=3).collect()
+    got = HT.trap_signals(same, crawldb.limit(0), near_bits=3).collect()
     assert [(r.t_pages, r.t_exact, r.t_near) for r in got] == [(5, 0, 4)]
     # the banding is exact at any k: 3 bits apart is not near at k = 2
-    got = H.trap_signals(updated.where("url_fp = 2"), crawldb, near_bits=2).collect()
+    got = HT.trap_signals(updated.where("url_fp = 2"), crawldb, near_bits=2).collect()
     assert [(r.t_pages, r.t_near) for r in got] == [(1, 0)]
 
 
@@ -440,7 +440,7 @@ JUDGE_SCHEMA = ("host string, pages_fetched long, t_pages long, t_exact long, t_
 ])
 def test_judge_traps(spark, name, row, want):
     hosts_new = spark.createDataFrame([row], JUDGE_SCHEMA)
-    got = H.judge_traps(hosts_new, TRAP, base_cap=16, now=NOW).collect()[0].asDict()
+    got = HT.judge_traps(hosts_new, TRAP, base_cap=16, now=NOW).collect()[0].asDict()
     assert {k: got[k] for k in want} == want
 
 
