@@ -20,7 +20,9 @@ Guarantees:
 - **A dead holder needs no clean-up.** The holder renews every
   ``lease.heartbeat_s`` from a daemon thread; a record not renewed by its
   ``expires_at`` (``lease.ttl_s`` after its write) may be taken over. A holder
-  on this host whose pid is gone is taken over at once. ``force`` takes a
+  whose pid is gone is taken over at once when it ran in this process-id space
+  (same kernel boot and pid namespace, :func:`pid_space`; a host name alone is
+  not enough: containers may share one, each with its own pids). ``force`` takes a
   lease that is still live (the risks: :data:`FORCE_RISK`).
 - **A holder that lost its lease stops.** When a renewal finds a newer record
   than its own (taken over after an expiry, or forced), or it could not renew
@@ -73,6 +75,7 @@ class Record:
     verb: str
     since: str  # ISO UTC, when the holder took the lease
     expires_at: str  # ISO UTC
+    pid_space: str = ""  # where ``pid`` means something (:func:`pid_space`); "" in records before it existed
 
     def describe(self) -> str:
         return (f"{self.verb} (pid {self.pid} on {self.host}) holds the crawl lease since {self.since} UTC, "
@@ -133,13 +136,26 @@ class _Store:
         return True
 
 
-def free_reason(cur: Record | None, now: dt.datetime, *, this_host: str, alive) -> str | None:
+def pid_space() -> str:
+    """This process's pid space: the kernel's boot id and the pid namespace (empty where unknown).
+
+    Two processes see the same pids only when both match; a container sharing the host name of
+    another (or of the machine) has its own pid namespace."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def free_reason(cur: Record | None, now: dt.datetime, *, this_space: str, alive) -> str | None:
     """Why ``cur`` may be taken without force ("free", "expired", "dead"), or None when it is live."""
     if cur is None or cur.event == "release":
         return "free"
     if dt.datetime.fromisoformat(cur.expires_at) <= now:
         return "expired"
-    if cur.host == this_host and not alive(cur.pid):
+    if this_space and cur.pid_space == this_space and not alive(cur.pid):
         return "dead"
     return None
 
@@ -162,18 +178,19 @@ class Lease:
         self.store, self.verb, self.clock = store, verb, clock
         self.ttl, self.heartbeat_s = dt.timedelta(seconds=ttl), beat
         self.holder, self.host, self.pid = uuid.uuid4().hex, socket.gethostname(), os.getpid()
+        self.pid_space = pid_space()
         self.record: Record | None = None
         self.lost: str | None = None
         self.taken_from: str | None = None  # why the previous record could be taken (free/expired/dead/forced)
 
     def _next(self, event: str, seq: int, since: str) -> Record:
         return Record(seq=seq, event=event, holder=self.holder, host=self.host, pid=self.pid, verb=self.verb,
-                      since=since, expires_at=_iso(self.clock() + self.ttl))
+                      since=since, expires_at=_iso(self.clock() + self.ttl), pid_space=self.pid_space)
 
     def take(self, *, force: bool = False) -> Record:
         """Take the lease, or raise :class:`LeaseHeld` naming the live holder."""
         cur = self.store.latest()
-        reason = free_reason(cur, self.clock(), this_host=self.host, alive=_alive)
+        reason = free_reason(cur, self.clock(), this_space=self.pid_space, alive=_alive)
         if reason is None and not force:
             raise LeaseHeld(f"another writer is running: {cur.describe()}; wait for it, or if it is surely gone "
                             f"rerun with --force")
@@ -228,7 +245,7 @@ def check() -> None:
 def holder(spark, conf: Config) -> Record | None:
     """The live holder of the lease, if any (for ``status``)."""
     cur = _Store(spark, conf).latest()
-    live = free_reason(cur, now_utc(), this_host=socket.gethostname(), alive=_alive) is None
+    live = free_reason(cur, now_utc(), this_space=pid_space(), alive=_alive) is None
     return cur if live else None
 
 

@@ -92,6 +92,17 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(spark, conf):
     assert b.taken_from == "dead"
 
 
+def test_a_gone_pid_in_another_pid_space_is_not_taken_as_dead(spark, conf):
+    """Same host name, other pid namespace (another container): its pid says nothing here."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    a = _lease(spark, conf, "crawl")
+    a.pid, a.pid_space = dead.pid, "another-boot/4026531999"
+    a.take()
+    with pytest.raises(lease.LeaseHeld):
+        _lease(spark, conf, "round", Clock(T0 + dt.timedelta(seconds=1))).take()
+
+
 def test_force_takes_a_live_lease_and_the_holder_finds_it_lost(spark, conf):
     a = _lease(spark, conf, "crawl")
     a.take()
