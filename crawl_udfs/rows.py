@@ -130,7 +130,7 @@ class HostResult:
     requests: int = 0                    # requests that reached the host in this task (robots included)
     robots_requests: int = 0
     bytes_received: int = 0
-    delay_s: float | None = None         # politeness delay at the end: max(configured, Crawl-delay, learnt)
+    delay_s: float | None = None         # seconds per request at the end: delay + back-off + request (host_result)
 
     def to_dict(self) -> dict:
         return asdict(self)
