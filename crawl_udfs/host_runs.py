@@ -134,18 +134,19 @@ class TaskHosts:
         self.results[id(item)] = FetchResult(url=item.url, url_fp=item.url_fp, host=item.host,
                                              outcome=outcome.value, redirect_hops=item.redirect_hops, **extra)
 
-    def finish_unattempted(self) -> None:
-        """The budget ran out: every URL still queued or held comes back untouched."""
+    def finish_unattempted(self, why: str) -> None:
+        """The round ended (``why``: "task_budget" ran out, or "tail_cut"): every URL still
+        queued or held comes back untouched."""
         for item in self.sched.drain():
-            self._unattempted(item)
+            self._unattempted(item, why)
         for run in self.runs.values():
             for item in run.waiting:
-                self._unattempted(item)
+                self._unattempted(item, why)
             run.waiting.clear()
 
-    def _unattempted(self, item) -> None:
+    def _unattempted(self, item, why: str) -> None:
         if not isinstance(item, RobotsFetch) and id(item) not in self.results:
-            self.finish(item, Outcome.NOT_ATTEMPTED, error_class="task_budget")
+            self.finish(item, Outcome.NOT_ATTEMPTED, error_class=why)
 
     def collect_deferred(self) -> None:
         for item, reason in self.sched.take_deferred():
