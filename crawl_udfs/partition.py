@@ -51,7 +51,8 @@
   WARC writer are created here and closed in ``finally``; nothing survives
   into the next task run by the same (reused) Python worker.
 
-The pieces: this module drives the loop (leases, requests, releases);
+The pieces: this module drives the loop (leases, requests, releases, and the
+round's end: the budget, or the cut ``crawl_udfs.tail`` judges once a second);
 ``crawl_udfs.host_runs`` admits pages behind robots.txt and records outcomes;
 ``crawl_udfs.robots_fetch`` decides each robots.txt hop; ``crawl_udfs.classify``
 decides what a page response means (a pure function); ``crawl_udfs.pages``
