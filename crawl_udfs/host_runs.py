@@ -16,7 +16,7 @@ Guarantees:
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 from crawl_udfs.config import Config
@@ -41,6 +41,7 @@ class HostRun:
     policy: RobotsPolicy | None = None
     robots_pending: bool = False          # a robots.txt chain is queued or under way
     waiting: list[FetchItem] = field(default_factory=list)  # pages held until robots is known
+    durations: deque = field(default_factory=deque)  # seconds of its last requests (politeness.response_time_window)
 
 
 class TaskHosts:
@@ -61,7 +62,8 @@ class TaskHosts:
         delay = self.conf.politeness.host_delay_s
         for host, host_items in by_host.items():
             seed = seeds.get(host)
-            run = HostRun(host, robots_url(host_items[0].url), HostResult(host=host))
+            run = HostRun(host, robots_url(host_items[0].url), HostResult(host=host),
+                          durations=deque(maxlen=self.conf.politeness.response_time_window))
             self.runs[host] = run
             not_before = seed.next_allowed_at if seed and seed.next_allowed_at else None
             if retried:
@@ -121,6 +123,8 @@ class TaskHosts:
         if resp.error_class not in NOT_SENT:
             run.result.requests += 1
             run.result.robots_requests += robots
+            if own_host and resp.t_total_ms is not None:
+                run.durations.append(resp.t_total_ms / 1000.0)
         run.result.bytes_received += resp.wire_bytes
         if resp.ip and own_host:
             run.result.ip = resp.ip
@@ -130,18 +134,19 @@ class TaskHosts:
         self.results[id(item)] = FetchResult(url=item.url, url_fp=item.url_fp, host=item.host,
                                              outcome=outcome.value, redirect_hops=item.redirect_hops, **extra)
 
-    def finish_unattempted(self) -> None:
-        """The budget ran out: every URL still queued or held comes back untouched."""
+    def finish_unattempted(self, why: str) -> None:
+        """The round ended (``why``: "task_budget" ran out, or "tail_cut"): every URL still
+        queued or held comes back untouched."""
         for item in self.sched.drain():
-            self._unattempted(item)
+            self._unattempted(item, why)
         for run in self.runs.values():
             for item in run.waiting:
-                self._unattempted(item)
+                self._unattempted(item, why)
             run.waiting.clear()
 
-    def _unattempted(self, item) -> None:
+    def _unattempted(self, item, why: str) -> None:
         if not isinstance(item, RobotsFetch) and id(item) not in self.results:
-            self.finish(item, Outcome.NOT_ATTEMPTED, error_class="task_budget")
+            self.finish(item, Outcome.NOT_ATTEMPTED, error_class=why)
 
     def collect_deferred(self) -> None:
         for item, reason in self.sched.take_deferred():
@@ -164,12 +169,20 @@ class TaskHosts:
             self.finish(item, Outcome.DEFERRED, error_class=reason)
 
     def host_result(self, run: HostRun) -> HostResult:
-        """What the task learnt of ``run``'s host, for ``hosts`` (its politeness state at the end)."""
+        """What the task learnt of ``run``'s host, for ``hosts`` (its politeness state at the end).
+
+        ``delay_s`` is the host's pace: the seconds one more request would take, as the
+        scheduler would space it: its delay (the largest of the configured one, Crawl-delay
+        and the one learnt from response times) plus the back-off in force, plus the longest
+        of the host's last requests (a slow-drip host's request lasts the whole timeout,
+        which no delay counts). Generate divides the window by it (jobs/generate.py).
+        """
         state = self.sched.host_state(run.name)
         r = run.result
         r.next_allowed_at = state.next_allowed_at if state.next_allowed_at not in (None, -math.inf) else None
         r.consecutive_failures = state.consecutive_failures
         r.parked, r.park_reason = state.parked, state.park_reason
         r.ip = r.ip or state.ip
-        r.delay_s = self.sched.delay_s(run.name)
+        r.delay_s = (self.sched.delay_s(run.name) + self.sched.backoff_s(run.name)
+                     + max(run.durations, default=0.0))
         return r

@@ -4,8 +4,11 @@
 
 - **One result per fetch-list URL**, whatever happens: fetched, denied, failed,
   deferred, or ``not_attempted`` when the task's wall-clock budget
-  (``fetch.task_budget_s``) ran out — those come back untouched, to be fetched
-  in a later round. Plus one :class:`~crawl_udfs.rows.HostResult` per host.
+  (``fetch.task_budget_s``) ran out or the task ended its round early because
+  what was left was a thin tail (:class:`~crawl_udfs.tail.TailJudge`: a few slow
+  hosts must not hold the round) — those come back untouched, to be fetched
+  in a later round. No request starts after the end; one in flight finishes
+  normally. Plus one :class:`~crawl_udfs.rows.HostResult` per host.
 - **Politeness** is the :class:`~crawl_udfs.scheduler.PolitenessScheduler`'s:
   never two requests in flight to one host, never a request sooner than the
   host's delay after the previous one ended, a per-IP cap, Retry-After and
@@ -48,7 +51,8 @@
   WARC writer are created here and closed in ``finally``; nothing survives
   into the next task run by the same (reused) Python worker.
 
-The pieces: this module drives the loop (leases, requests, releases);
+The pieces: this module drives the loop (leases, requests, releases, and the
+round's end: the budget, or the cut ``crawl_udfs.tail`` judges once a second);
 ``crawl_udfs.host_runs`` admits pages behind robots.txt and records outcomes;
 ``crawl_udfs.robots_fetch`` decides each robots.txt hop; ``crawl_udfs.classify``
 decides what a page response means (a pure function); ``crawl_udfs.pages``
@@ -73,6 +77,7 @@ from crawl_udfs.robots import RobotsPolicy
 from crawl_udfs.robots_fetch import RobotsDone, RobotsFetch, robots_step
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
 from crawl_udfs.scheduler import PolitenessScheduler
+from crawl_udfs.tail import TailJudge
 from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, host_of
 from crawl_udfs.warc import RollingWarcWriter
 
@@ -129,12 +134,14 @@ class _Task:
         self.foreign: set[str] = set()              # hosts leased only for robots.txt redirect hops
         self.pages: PageWork | None = None
         self.failed: list[asyncio.Task] = []
+        self.tail: TailJudge | None = None           # set by run, at the task's start
         self.wake_driver: Callable[[], None] = lambda: None  # set by _drive_loop
 
     # -- the loop -------------------------------------------------------------------------
     async def run(self) -> tuple[list[FetchResult], list[HostResult]]:
         start = self.clock.now()
         deadline = start + self.conf.fetch.task_budget_s
+        self.tail = TailJudge(self.conf.fetch, start=start)
         os.makedirs(self.warc_dir, exist_ok=True)
         warc = RollingWarcWriter(self.warc_dir, self.conf.warc, name_fn=self.warc_name)
         # Outlinks repeat from page to page of a site (menus, footers): normalise each once.
@@ -152,7 +159,7 @@ class _Task:
                 await self.pages.close()  # every page handed over is finished and written
             finally:
                 warc.close()
-        self.hosts.finish_unattempted()
+        self.hosts.finish_unattempted("tail_cut" if self.tail.cut() else "task_budget")
         ordered = [self.hosts.results[id(i)] for i in self.items]
         return ordered, [self.hosts.host_result(run) for run in self.hosts.runs.values()]
 
@@ -194,6 +201,8 @@ class _Task:
             if self.failed:
                 self.failed[0].result()  # surface bugs: _handle catches every expected failure itself
             now = self.clock.now()
+            if now >= deadline or self._tail_cut(now):
+                deadline = min(deadline, now)  # the round is over: nothing more starts
             if now < deadline:
                 while len(running) < cap and (lease := self.sched.lease()) is not None:
                     t = loop.create_task(self._handle(*lease))
@@ -202,7 +211,8 @@ class _Task:
             self.hosts.collect_deferred()
             if not running and (now >= deadline or self.sched.pending() == 0):
                 return
-            wake_at = self.sched.next_wakeup()
+            wake_at = min((t for t in (self.sched.next_wakeup(), self.tail.next_sample_at()) if t is not None),
+                          default=None)
             timeout = deadline - now if wake_at is None else min(wake_at, deadline) - now
             if running:
                 wake[0] = loop.create_future()
@@ -216,6 +226,21 @@ class _Task:
                         timer.cancel()
             elif timeout > 0:
                 await self.clock.sleep(timeout)
+
+    def _tail_cut(self, now: float) -> bool:
+        """Sample the task for the tail judge when a sample is due; True once it says cut."""
+        due = self.tail.next_sample_at()
+        if due is None or now < due:
+            return self.tail.cut()
+        return self.tail.sample(now, self._busy_hosts())
+
+    def _busy_hosts(self) -> int:
+        """Hosts with work: items queued or in flight (robots.txt hops and in-round links
+        included), or pages held behind a robots.txt chain under way on another host. O(hosts)."""
+        busy = {name for name in self.sched.hosts()
+                if (state := self.sched.host_state(name)).queued or state.in_flight}
+        busy.update(run.name for run in self.hosts.runs.values() if run.waiting)
+        return len(busy)
 
     async def _resolve_all(self) -> None:
         """Learn each host's address first, so the per-IP cap holds from the first request."""
@@ -300,6 +325,8 @@ class _Task:
         wait = retry_after(header(resp.headers, "retry-after"), self.clock.now()) if status in (429, 503) else None
         self.sched.release(run.name, response_time_s=response_time_s(resp), ended_at=self._ended_at(resp),
                            status=status, error=resp.error_class is not None, retry_after_s=wait)
+        if resp.error_class not in NOT_SENT:
+            self.tail.page_ended(self.clock.now())
         self.wake_driver()  # this task lives on until its page is done; the host need not wait for that
         if status is not None and status >= 400 and run.policy is not None:
             age = self.clock.now() - run.policy.fetched_at

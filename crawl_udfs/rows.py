@@ -24,7 +24,7 @@ class Outcome(str, Enum):
     ROBOTS_UNAVAILABLE = "robots_unavailable"  # robots.txt 5xx/unreachable: host treated as disallowed, retry later
     ERROR = "error"                  # no usable response: timeout, connect, dns, ssrf_blocked, … (error_class)
     DEFERRED = "deferred"            # not attempted on purpose: host parked, Retry-After or Crawl-delay too long
-    NOT_ATTEMPTED = "not_attempted"  # the task's wall-clock budget ran out first; untouched
+    NOT_ATTEMPTED = "not_attempted"  # the round ended first (error_class: task_budget, tail_cut); untouched
 
 
 @dataclass(slots=True)
@@ -130,7 +130,7 @@ class HostResult:
     requests: int = 0                    # requests that reached the host in this task (robots included)
     robots_requests: int = 0
     bytes_received: int = 0
-    delay_s: float | None = None         # politeness delay at the end: max(configured, Crawl-delay, learnt)
+    delay_s: float | None = None         # seconds per request at the end: delay + back-off + request (host_result)
 
     def to_dict(self) -> dict:
         return asdict(self)

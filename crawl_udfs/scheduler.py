@@ -218,12 +218,11 @@ class PolitenessScheduler:
         h.last_end = end
         if response_time_s is not None:
             h.recent.append(float(response_time_s))
-        delay = self.delay_s(host)
         if error or (status is not None and (status >= 500 or status == 429)):
             h.failures += 1
-            delay += min(self._backoff_base * 2.0 ** min(h.failures - 1, 64), self._backoff_max)
         else:
             h.failures = 0
+        delay = self.delay_s(host) + self.backoff_s(host)
         next_at = end + delay
         if retry_after_s is not None and status in (429, 503):
             next_at = max(next_at, end + retry_after_s)
@@ -303,6 +302,11 @@ class PolitenessScheduler:
         h = self._hosts[host]
         rt = min(self._rt_factor * max(h.recent), self._rt_max) if h.recent else 0.0
         return max(self._host_delay, h.crawl_delay or 0.0, rt)
+
+    def backoff_s(self, host: str) -> float:
+        """The back-off of ``host`` now: what its n consecutive failures add to the delay (0 if none)."""
+        n = self._hosts[host].failures
+        return min(self._backoff_base * 2.0 ** min(n - 1, 64), self._backoff_max) if n else 0.0
 
     def host_state(self, host: str) -> HostPoliteness:
         h = self._hosts[host]

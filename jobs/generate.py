@@ -12,8 +12,10 @@ throttling lowered it) and never more than the host's remaining page budget,
 and, when ``generate.max_urls_per_host`` is 0, never more than
 floor(``fetch.task_budget_s`` / the host's delay): the larger of
 ``politeness.host_delay_s``, ``hosts.crawl_delay_s`` and ``hosts.delay_s`` (the
-delay its last fetch task ended with, response times included), so a host with
-Crawl-delay 10 is given what it can be fetched in one task, not ten times that;
+host's pace when its last fetch task ended: the delay with response times and
+back-off, plus its longest recent request), so a host with Crawl-delay 10 is
+given what it can be fetched in one task, not ten times that, and a slow-drip
+host whose every request lasts the whole timeout a handful;
 then at most ``top_n`` in all, ``discovery_share`` of it kept for never-fetched
 URLs (status unfetched) and the rest for re-crawl; places one side cannot fill
 go to the other. Each host, or each group of hosts sharing a
@@ -65,17 +67,18 @@ LIST_COLUMNS = tuple(f.name for f in FETCH_LIST.fields if f.name != "round")
 
 
 def max_urls_per_host(conf: Config) -> int:
-    """``generate.max_urls_per_host``, or when 0, floor(task budget / host delay): no queue outlasts a task.
+    """floor(task budget / host delay), or ``generate.max_urls_per_host`` when that is lower (0: not set).
 
-    Either way it is an upper bound: :func:`select_due` also caps each host by
-    :func:`delay_window_s` over the host's own delay (a configured 40 does not give
-    a host with ``Crawl-delay: 10`` more than it can fetch in the window)."""
+    No host's queue outlasts a task at the configured delay, whatever the configured cap
+    (a host that has no ``hosts`` row yet, with no delay of its own, gets no more); and
+    :func:`select_due` also caps each host by :func:`delay_window_s` over the host's own
+    pace (a configured 40 does not give a host with ``Crawl-delay: 10`` more than it can
+    fetch in the window)."""
     configured = conf.generate.max_urls_per_host
     if configured < 0:
         raise ConfigError(f"generate.max_urls_per_host must be >= 0, got {configured}")
-    if configured:
-        return configured
-    return max(1, math.floor(delay_window_s(conf) / max(conf.politeness.host_delay_s, 0.001)))
+    by_delay = max(1, math.floor(delay_window_s(conf) / max(conf.politeness.host_delay_s, 0.001)))
+    return min(configured, by_delay) if configured else by_delay
 
 
 def delay_window_s(conf: Config) -> float:

@@ -87,7 +87,8 @@ HOSTS = StructType([
     _f("near_duplicate_pages", LongType(), True, "first copies that were near-duplicates, whole crawl"),
     # The effective delay (update) and the address learnt before the first fetch (resolve, jobs/resolve.py).
     _f("delay_s", DoubleType(), True,
-       "seconds between requests at the end of the last fetch task: max(host_delay_s, Crawl-delay, learnt)"),
+       "seconds per request at the end of the last fetch task: max(host_delay_s, Crawl-delay, learnt) "
+       "+ back-off + its longest recent request"),
     _f("resolve_error", StringType(), True, "why the resolve step found no address: dns | ssrf_blocked"),
 ])
 
@@ -226,7 +227,7 @@ FETCH_OUTPUT = StructType([
     _f("robots_requests", LongType(), True, ""),
     _f("bytes_received", LongType(), True, ""),
     _f("robots_body", BinaryType(), True, ""),
-    _f("delay_s", DoubleType(), True, "the host's politeness delay when the task ended (scheduler.delay_s)"),
+    _f("delay_s", DoubleType(), True, "the host's seconds per request when the task ended (TaskHosts.host_result)"),
 ])
 
 

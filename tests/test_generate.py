@@ -242,6 +242,7 @@ def test_per_host_cap_is_a_map_side_top_k(spark):
     (["politeness.host_delay_s=2.5"], 360),
     (["politeness.host_delay_s=0.0", "fetch.task_budget_s=1.0"], 1000),
     (["generate.max_urls_per_host=7"], 7),
+    (["generate.max_urls_per_host=1000", "fetch.task_budget_s=20"], 20),  # a configured cap never outlasts the window
 ])
 def test_derived_max_urls_per_host(overrides, want):
     assert generate.max_urls_per_host(config.load(overrides=overrides)) == want

@@ -306,6 +306,8 @@ def test_backoff_doubles_and_resets(outcomes, gaps):
         sched.add("a", i)
     got = [gap_after(sched, clock, "a", response_time_s=None, **o) for o in outcomes]
     assert got == pytest.approx(gaps)
+    # what the task reports as the host's pace (host_runs) is the gap the scheduler applied last
+    assert sched.delay_s("a") + sched.backoff_s("a") == pytest.approx(gaps[-1])
 
 
 def test_backoff_is_capped():
