@@ -57,6 +57,11 @@ scenario starts with an untimed warm-up request per host.
     process are given per page, to show which side was the bottleneck, and the
     warm-up run of A carries in-situ timers (``_Timers``) that split A's CPU
     per page into parse, SimHash, WARC, ... and the rest.
+    (b) runs once per page kind (``B_PAGE_KINDS``, ``--pages``): the test web's own pages
+    (2-3 KB) and realistic-size ones (48-56 KB: each planned page inside a real site's
+    markup -- head metadata, inline scripts and CSS, a mega-menu and footer of ~150 links,
+    nested wrappers, related cards, comments, entities; ``tests/testweb/realistic.py``).
+    ENGINE/FLOOR = A's client CPU per page / F's, median over the pairs (goal: <= 2).
 """
 
 from __future__ import annotations
@@ -462,13 +467,19 @@ def scenario_a(p: Params, tmp: Path, runner: Runner) -> dict:
             "violations_summary": violations.summary(), "min_slack_s": violations.min_slack_s}
 
 
-def scenario_b(p: Params, tmp: Path, runner: Runner, profile: bool) -> dict:
+#: (b)'s page kinds: the test web's own pages (2-3 KB), and the same pages inside a real site's
+#: markup (48-56 KB: ``tests/testweb/realistic.py``), each a ``TestWeb`` knob set.
+B_PAGE_KINDS = {"test-web": {}, "realistic": {"realistic_pages": True}}
+
+
+def scenario_b(p: Params, tmp: Path, runner: Runner, profile: bool, kind: str = "test-web") -> dict:
     from crawl_udfs import config
     from tests.testweb import TestWeb
 
     H, K = p.b_hosts, p.b_pages
+    tmp = tmp / f"b-{kind}"
     with TestWeb(tmp / "web-b", n_hosts=p.web_hosts, seed=p.seed, kinds=["site"],
-                 knobs={"latency_s": p.b_latency_s}) as web:
+                 knobs={"latency_s": p.b_latency_s, **B_PAGE_KINDS[kind]}) as web:
         urls = pick_urls(web.plan, H, K)
         overrides = base_overrides(web) + ["politeness.host_delay_s=0.0", "politeness.response_time_factor=0.0"]
         conf = config.load(overrides=overrides)
@@ -507,7 +518,7 @@ def scenario_b(p: Params, tmp: Path, runner: Runner, profile: bool) -> dict:
         pair["ratio"] = pair["A"]["pps"] / pair["B"]["pps"]
         pair["floor_ratio"] = pair["F"]["pps"] / pair["B"]["pps"]
     ratios = [pair["ratio"] for pair in pairs]
-    return {"H": H, "K": K, "latency_s": p.b_latency_s, "concurrency": bare_spec["concurrency"],
+    return {"kind": kind, "H": H, "K": K, "latency_s": p.b_latency_s, "concurrency": bare_spec["concurrency"],
             "ip_cap": bare_spec["ip_cap"], "pairs": pairs, "components_run": components,
             "median_ratio": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios),
             "profile": prof_text}
@@ -555,7 +566,7 @@ def _fmt(x, spec=".3f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def report(a: dict | None, b: dict | None, p: Params, args, total_s: float) -> str:
+def report(a: dict | None, bs: list[dict], p: Params, args, total_s: float) -> str:
     load = " -> ".join("/".join(f"{x:.1f}" for x in la) for la in (args.load_start, os.getloadavg()))
     lines = [f"fetch engine benchmark  ({'--quick' if args.quick else 'full'}{''.join(' --param ' + x for x in args.param)}; {os.cpu_count()} CPUs; "
              f"python {sys.version.split()[0]}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; total {total_s:.0f}s; "
@@ -563,7 +574,7 @@ def report(a: dict | None, b: dict | None, p: Params, args, total_s: float) -> s
              + (f"; --set {' '.join(args.set)}" if args.set else ""), ""]
     if a is not None:
         lines += report_a(a)
-    if b is not None:
+    for b in bs:
         lines += report_b(b)
     return "\n".join(lines)
 
@@ -624,7 +635,7 @@ def report_b(b: dict) -> list[str]:
     med = statistics.median
     lines: list[str] = []
     lines += [
-        f"(b) CPU-bound: {b['H']} hosts x {b['K']} pages (+1 robots.txt each), host_delay_s=0, "
+        f"(b) CPU-bound, {b['kind']} pages: {b['H']} hosts x {b['K']} pages (+1 robots.txt each), host_delay_s=0, "
         f"response_time_factor=0, server latency {b['latency_s']}s; concurrency {b['concurrency']}, "
         f"per-IP cap {b['ip_cap']}, one in flight per host",
         "    A = fetch_partition (robots+scheduler+fetch+parse+SimHash+WARC);"
@@ -650,12 +661,18 @@ def report_b(b: dict) -> list[str]:
                      for pair in b["pairs"]])
     floor_cpu_ratio = med([pair["B"]["cpu_s"] / pair["B"]["pages"] / (pair["F"]["cpu_s"] / pair["F"]["pages"])
                            for pair in b["pairs"]])
+    engine_floor = [pair["A"]["cpu_s"] / pair["A"]["pages"] / (pair["F"]["cpu_s"] / pair["F"]["pages"])
+                    for pair in b["pairs"]]
+    kib = med([pair["B"]["bytes"] / pair["B"]["requests"] / 1024 for pair in b["pairs"]])
     lines += [f"    ratio A/B pages/s: median {b['median_ratio']:.3f} (min {b['min_ratio']:.3f}, "
               f"max {b['max_ratio']:.3f}, {len(b['pairs'])} pairs); "
               f"goal >= 0.5: {'MET' if b['median_ratio'] >= 0.5 else 'MISSED'}",
               f"    client CPU per page B/A (median): {cpu_ratio:.3f}",
               f"    floor F/B pages/s: median {med([pair['floor_ratio'] for pair in b['pairs']]):.3f}; "
               f"client CPU per page B/F (median): {floor_cpu_ratio:.3f}",
+              f"    ENGINE/FLOOR client CPU per page A/F ({b['kind']} pages, {kib:.1f} KiB a response): "
+              f"median {med(engine_floor):.2f} (min {min(engine_floor):.2f}, max {max(engine_floor):.2f}); "
+              f"goal <= 2: {'MET' if med(engine_floor) <= 2 else 'MISSED'}",
               f"    A outcomes: {b['pairs'][0]['A']['outcomes']}"]
     comp = b.get("components_run")
     if comp and comp.get("components_s"):
@@ -674,7 +691,7 @@ def report_b(b: dict) -> list[str]:
                      f"{100 * rest / total_ms:>4.0f}%   (B, the whole bare loop: {bare_ms:.3f} ms/page)")
     lines.append("")
     if b.get("profile"):
-        lines += ["(b) profile of one crawler run:", b["profile"]]
+        lines += [f"(b) profile of one crawler run, {b['kind']} pages:", b["profile"]]
     return lines
 
 
@@ -685,6 +702,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="cProfile one crawler run of (b) and print its top functions")
     ap.add_argument("--json", type=Path, help="also write every raw figure to this file")
     ap.add_argument("--only", choices=("a", "b"), help="run only scenario (a) or (b)")
+    ap.add_argument("--pages", choices=("both", *B_PAGE_KINDS), default="both",
+                    help="(b)'s page kinds: the test web's pages, realistic-size ones, or both (default)")
     ap.add_argument("--keep", type=Path, help="work in this directory and keep it (server logs, specs)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="override a config key in every crawler run (repeatable), to compare settings")
@@ -710,11 +729,12 @@ def main(argv: list[str] | None = None) -> int:
             tmp.mkdir(parents=True, exist_ok=True)
         runner = Runner(tmp)
         a = scenario_a(p, tmp, runner) if args.only != "b" else None
-        b = scenario_b(p, tmp, runner, args.profile) if args.only != "a" else None
-    text = report(a, b, p, args, time.time() - t0)
+        kinds = list(B_PAGE_KINDS) if args.pages == "both" else [args.pages]
+        bs = [scenario_b(p, tmp, runner, args.profile, kind) for kind in kinds] if args.only != "a" else []
+    text = report(a, bs, p, args, time.time() - t0)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({"params": asdict(p), "a": a, "b": b}, indent=1, default=str))
+        args.json.write_text(json.dumps({"params": asdict(p), "a": a, "b": bs}, indent=1, default=str))
     return 0
 
 

@@ -124,10 +124,10 @@ class Admission:
         segments = [s for s in path.split("/") if s]
         if len(segments) > self._max_segments:
             return "path_depth"
-        if segments and max(Counter(segments).values()) > self._max_repeats:
-            return "repeated_segment"
-        if _repeating_run(segments):
-            return "repeated_segment"
+        # Both rules need a segment seen twice (max_segment_repeats >= 1): most paths have none.
+        if len(set(segments)) < len(segments):
+            if max(Counter(segments).values()) > self._max_repeats or _repeating_run(segments):
+                return "repeated_segment"
         if query and query.count("&") + 1 > self._max_params:
             return "query_params"
         if any(p.search(url) for p in self._deny):

@@ -15,6 +15,7 @@ Bounded: normalisation is cached per distinct ``href`` and stops at
 
 from __future__ import annotations
 
+import functools
 import re
 
 from crawl_udfs.config import Section
@@ -30,11 +31,17 @@ def rel_tokens(value: str | None) -> list[str]:
 _OTHER_SCHEME = re.compile(r"(?!https?:)[a-z][a-z0-9+.\-]*:", re.I)  # mailto:, javascript:, data:, …
 
 
+_MISS = object()
+
+
 class LinkSet:
     """Normalised, deduplicated outlinks in order, with a per-href cache."""
 
     def __init__(self, normalizer, base: str, own: str | None, conf: Section):
         self.normalizer, self.base, self.own = normalizer, base, own
+        # A task's CachedNormalizer resolves a page's links with the base's scopes worked out once.
+        for_base = getattr(normalizer, "for_base", None)
+        self.resolve = for_base(base) if for_base is not None else functools.partial(normalizer.normalize, base=base)
         self.cap, self.budget = conf.max_outlinks_per_page, conf.max_links_examined
         self.cache: dict[str, str | None] = {}
         self.index: dict[str, Outlink] = {}
@@ -45,13 +52,12 @@ class LinkSet:
 
     def add(self, href: str, kind: str, nofollow: bool) -> str | None:
         href = href.strip()
-        if href in self.cache:
-            url = self.cache[href]
-        else:
+        url = self.cache.get(href, _MISS)
+        if url is _MISS:
             url = None
-            if href and not href.startswith("#") and not _OTHER_SCHEME.match(href):
+            if href and href[0] != "#" and not _OTHER_SCHEME.match(href):
                 try:
-                    url = self.normalizer.normalize(href, self.base)
+                    url = self.resolve(href)
                 except Exception:
                     pass
             self.cache[href] = url
@@ -72,9 +78,11 @@ _LINK_ATTR = {"a": "href", "area": "href", "frame": "src", "iframe": "src"}
 
 def collect_links(root, links: LinkSet) -> None:
     """Add the ``<a>``, ``<area>``, ``<frame>`` and ``<iframe>`` targets of ``root``, in document order."""
+    items, cache, cap, budget, add = links.items, links.cache, links.cap, links.budget, links.add
     for el in root.iter("a", "area", "frame", "iframe"):
-        if links.full():
+        if len(items) >= cap or len(cache) >= budget:  # links.full(), inlined: this loop is hot
             return
         value = el.get(_LINK_ATTR[el.tag])
         if value is not None:
-            links.add(value, el.tag, "nofollow" in rel_tokens(el.get("rel")))
+            rel = el.get("rel")
+            add(value, el.tag, rel is not None and "nofollow" in rel.lower().split())

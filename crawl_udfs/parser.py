@@ -33,6 +33,7 @@ else the ``Link: <…>; rel="canonical"`` header.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import re
 from dataclasses import dataclass, field
@@ -215,7 +216,7 @@ def parse(
         root = None
         if html and body:
             text, result.charset = decode(body, declared_charset(content_type, header_ct), parse_conf)
-            root = _parse_tree(text)
+            root = _parse_tree(text, body if result.charset == "utf-8" else None)
             if root is not None:
                 title, base_href, html_canonical = _head_facts(root, agent, state)
         base = (_safe_normalize(normalizer, base_href, page) if base_href else None) or page
@@ -247,12 +248,18 @@ def _safe_normalize(normalizer, url: str | None, base: str | None) -> str | None
         return None
 
 
-def _parse_tree(text: str):
+def _parse_tree(text: str, utf8_body: bytes | None = None):
+    """The tree of ``text``; ``utf8_body``, the bytes it was decoded from as UTF-8, saves encoding it
+    again when they are exactly its encoding (no BOM, no U+FFFD: nothing was replaced)."""
     parser = etree.HTMLParser(
         recover=True, huge_tree=False, remove_comments=True, remove_pis=True,
         no_network=True, default_doctype=False, encoding="utf-8",
     )
+    if utf8_body is not None and not utf8_body.startswith(codecs.BOM_UTF8) and "\ufffd" not in text:
+        data = utf8_body
+    else:
+        data = text.encode("utf-8", "replace")
     try:
-        return etree.fromstring(text.encode("utf-8", "replace"), parser=parser)
+        return etree.fromstring(data, parser=parser)
     except Exception:  # nothing libxml2 can recover
         return None

@@ -239,32 +239,59 @@ class CachedNormalizer:
     def normalize(self, url: str, base: str | None = None) -> str | None:
         if not isinstance(url, str) or (base is not None and not isinstance(base, str)):
             return self._norm.normalize(url, base)
-        key = (self._scope(url, base), url)
-        out = self._memo.get(key, _MISS)
-        if out is _MISS:
-            out = self._norm.normalize(url, base)
-            if len(self._memo) >= self._max:
-                self._memo.clear()
-                self._outputs.clear()
-            self._memo[key] = out
-            if out is not None:
-                self._outputs.add(out)
+        if base is None:
+            scope = None
+        elif base not in self._outputs:  # an unparsable base fails even an absolute reference
+            scope = base
+        else:
+            scope = _narrow_scope(url, base, *_base_scopes(base))
+        out = self._memo.get((scope, url), _MISS)
+        return self._miss((scope, url), url, base) if out is _MISS else out
+
+    def for_base(self, base: str):
+        """``lambda url: self.normalize(url, base)``, with ``base``'s scopes worked out once: what a
+        page's links call. (Once ``base`` is known to be a result, it stays a valid narrow base.)"""
+        if not isinstance(base, str) or base not in self._outputs:
+            return lambda url: self.normalize(url, base)
+        origin, directory = _base_scopes(base)
+        memo = self._memo
+
+        def resolve(url: str) -> str | None:
+            if not isinstance(url, str):
+                return self._norm.normalize(url, base)
+            key = (_narrow_scope(url, base, origin, directory), url)
+            out = memo.get(key, _MISS)
+            return self._miss(key, url, base) if out is _MISS else out
+
+        return resolve
+
+    def _miss(self, key: tuple[str | None, str], url: str, base: str | None) -> str | None:
+        out = self._norm.normalize(url, base)
+        if len(self._memo) >= self._max:
+            self._memo.clear()
+            self._outputs.clear()
+        self._memo[key] = out
+        if out is not None:
+            self._outputs.add(out)
         return out
 
-    def _scope(self, url: str, base: str | None) -> str | None:
-        if base is None:
-            return None
-        if base not in self._outputs:  # an unparsable base fails even an absolute reference
-            return base
-        if url.startswith(("http://", "https://")):
-            return ""
-        if not url or _NOT_PLAIN.search(url) or url[0] in "?#":
-            return base
-        authority = base.find("/", base.find("//") + 2)  # a result always has "/" after its authority
-        if url[0] == "/":
-            return base[:authority] if url[1:2] != "/" else base
-        query = base.find("?")
-        return "\x00" + base[: base.rfind("/", 0, query if query >= 0 else len(base)) + 1]
+
+def _base_scopes(base: str) -> tuple[str, str]:
+    """(origin, "\\x00" + directory) of a normaliser result, the narrow scopes of :class:`CachedNormalizer`."""
+    authority = base.find("/", base.find("//") + 2)  # a result always has "/" after its authority
+    query = base.find("?")
+    return base[:authority], "\x00" + base[: base.rfind("/", 0, query if query >= 0 else len(base)) + 1]
+
+
+def _narrow_scope(url: str, base: str, origin: str, directory: str) -> str:
+    """The part of a result ``base`` that resolving ``url`` against it can depend on."""
+    if url.startswith(("http://", "https://")):
+        return ""
+    if not url or _NOT_PLAIN.search(url) or url[0] in "?#":
+        return base
+    if url[0] == "/":
+        return origin if url[1:2] != "/" else base
+    return directory
 
 
 def fingerprint(normalized: str) -> int:

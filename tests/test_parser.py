@@ -528,3 +528,21 @@ def test_throughput_on_a_50_kb_page():
         run(html)
     pages_per_s = 50 / (time.perf_counter() - start)
     assert pages_per_s > 20  # measured ~230-430 pages/s (2/3 of it URL normalisation)
+
+
+def test_invalid_utf8_is_replaced_the_same_whichever_bytes_lxml_gets():
+    """A UTF-8 body's own bytes go to lxml only when decoding replaced nothing: libxml2 replaces some
+    invalid sequences with another number of U+FFFD than Python's decoder (here 7 against 6)."""
+    from crawl_udfs.url_normalize import UrlNormalizer
+
+    conf = config.defaults()
+    junk = b"\xb5\x8f\xf1\x99\xe1\xd8\xf6PxN"
+    for body in (b"<html><head><title>t" + junk + b"</title></head><body><p>a" + junk + b"b \xe2\x82\xac</p></body></html>",
+                 b"\xef\xbb\xbf<html><head><title>caf\xc3\xa9</title></head><body><p>x\xe9y</p></body></html>",
+                 b"<html><head><title>caf\xc3\xa9</title></head><body><p>xy \xe2\x82\xac</p></body></html>"):
+        r = parser.parse(body, url="http://a.test/", content_type="text/html; charset=utf-8", headers={},
+                         normalizer=UrlNormalizer(conf.url), parse_conf=conf.parse, agent_name="deltacrawl")
+        text = body.decode("utf-8", "replace").lstrip("\ufeff")
+        assert r.charset == "utf-8"
+        assert r.title == text.split("<title>")[1].split("</title>")[0]
+        assert r.main_text == text.split("<p>")[1].split("</p>")[0]

@@ -40,3 +40,13 @@ def test_matches_the_header_warcio_writes(data):
     record = next(iter(ArchiveIterator(out)))
     assert record.rec_headers.get_header("WARC-Payload-Digest") == payload_digest(data)
     assert record.content_stream().read() == data
+
+
+def test_base32_letters_are_rfc_4648s():
+    """The two-letters-at-a-time base32 equals base64.b32encode on many digests (all bit patterns)."""
+    import base64
+    import hashlib
+
+    for i in range(3000):
+        data = i.to_bytes(4, "big") + os.urandom(i % 7)
+        assert payload_digest(data) == "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode()

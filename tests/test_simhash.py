@@ -269,3 +269,14 @@ def test_speed_400_words_and_5_mb():
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
 def test_any_shingle_size(n):
     assert sh.hamming(sh.simhash(text(7), n), sh.simhash(text(7) + " extra", n)) <= 16
+
+
+def test_byte_tokens_are_the_words_encoded():
+    """The fast tokeniser (bytes.translate + split, non-ASCII pieces by the str rule) gives
+    exactly :func:`words`' tokens: separators, digits, CJK, combining marks, Kelvin sign."""
+    alphabet = ("abcXYZ019_ -.,;:!?'\"\n\t\u00a0\u2019\u00e9\u00c9\u00df\u0130\u212a\u00b2\u0663\u4e2d"
+                "\u30bf\u0e01\U00020001\u0301\u200b\u3000\uff21\u2028")
+    rng = random.Random(11)
+    for _ in range(3000):
+        t = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert sh._word_bytes(t) == [w.encode() for w in sh.words(t)], t

@@ -95,6 +95,26 @@ def test_every_link_resolves_to_its_planned_target(monkeypatch):
     assert set(sites.FORMS) <= forms and {"mailto", "javascript", "tel", "fragment-only"} <= forms
 
 
+def test_realistic_pages_keep_the_page_and_weigh_tens_of_kb():
+    """The benchmark's realistic pages (knob realistic_pages): 40-80 KB, and the planned page's links,
+    text and charset are all still there (lxml finds every planned <a> href and every word)."""
+    from tests.testweb import realistic, render
+
+    plan = build_plan(40, 7, 4321, kinds=["site"])
+    pages = [(h, p) for h in plan.hosts.values() for p in list(h.pages.values())[:12]
+             if p.behaviour == "html" and p.status == 200]
+    assert len(pages) > 100
+    for h, page in pages:
+        body, ctype = realistic.html(page)
+        assert (body, ctype) == realistic.html(page)  # deterministic (and cached)
+        assert ctype == render.html(page)[1] and 40_000 < len(body) < 80_000, (page.path, len(body))
+        tree = lxml.html.fromstring(body.decode(page.charset or "utf-8"))
+        hrefs = {a.get("href") for a in tree.iter("a")}
+        assert {l.href for l in page.links if l.tag == "a" and l.zone != "head"} <= hrefs, page.path
+        words = lambda t: " ".join(t.replace(".", " ").split())  # render.html's paragraphs drop a ". "
+        assert words(page.text) in words(tree.find(".//main").text_content()), page.path
+
+
 def test_hosts_file_maps_every_host(web):
     entries = {}
     for line in web.hosts_file.read_text().splitlines():

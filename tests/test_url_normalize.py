@@ -377,14 +377,17 @@ def test_cached_normalizer_matches_the_normalizer(rounds):
     for _ in range(rounds):  # round 2: every key is a hit
         for base in _CACHE_BASES:
             for b in (base, cached.normalize(base) or base):  # raw bases and bases the memo knows as results
+                resolve = cached.for_base(b)  # a page's links: the base's scopes worked out once
                 for ref in _CACHE_REFS:
                     assert cached.normalize(ref, b) == plain.normalize(ref, b), (ref, b)
+                    assert resolve(ref) == plain.normalize(ref, b), (ref, b)
     # one entry per (scope, ref), not per (page, ref): a site's menu links are shared between its pages
     pages = [cached.normalize(f"http://site.test/d/p{i}.html") for i in range(20)]
     before = len(cached._memo)
     for page in pages:
         assert cached.normalize("/menu.html", page) == "http://site.test/menu.html"
         assert cached.normalize("sib.html", page) == "http://site.test/d/sib.html"
+        assert cached.for_base(page)("/menu.html") == "http://site.test/menu.html"
     assert len(cached._memo) == before + 2
 
 
@@ -399,6 +402,7 @@ def test_cached_normalizer_matches_on_url_shaped_text(url, base, as_result):
         base = _SHARED.normalize(base) or base
     assert _SHARED.normalize(url, base) == plain.normalize(url, base)
     assert _SHARED.normalize(url, base) == plain.normalize(url, base)  # the hit too
+    assert _SHARED.for_base(base)(url) == plain.normalize(url, base)
 
 
 def test_cached_normalizer_is_bounded():

@@ -85,6 +85,8 @@ class Knobs:
     deep_divs: int = 100_000                       # nesting depth of hostile-deephtml
     many_links: int = 10_000                       # outlinks of hostile-manylinks
     max_lifetime_s: float = 3600.0                 # the server exits by itself after this long
+    realistic_pages: bool = False                  # HTML pages carry a real site's markup around them
+                                                   # (tens of KB: tests/testweb/realistic.py), for benchmarks
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

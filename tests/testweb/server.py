@@ -43,7 +43,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from . import render, robots
+from . import realistic, render, robots
 from .model import Knobs, Page, split_target
 from .sites import BAIT_ADDRESSES, HostPlan, Plan, build_plan
 
@@ -347,7 +347,8 @@ class TestWebServer:
         k, b = self.knobs, page.behaviour
         accept = request.headers.get("Accept-Encoding", "").lower()
         if b in ("html", "html-gzip", "html-br"):
-            body, ctype = render.html(page, sid=self.sid(h) if (h.kind, h.variant) == ("trap", "session") else "")
+            body, ctype = (realistic if k.realistic_pages else render).html(
+                page, sid=self.sid(h) if (h.kind, h.variant) == ("trap", "session") else "")
             headers = {}
             if b == "html" and page.status == 200:
                 return await self.send_validated(request, ex, body, ctype)
