@@ -41,10 +41,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.fetch_bench import _read_hosts_file
+from bench.fetch_bench import _proc_cpu_s, _read_hosts_file
 from bench.vs_judge import Verdict, judge, table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,6 +149,17 @@ def run_deltacrawl(args, web, v: Variant, work: Path) -> tuple[float, int | None
     return t0, code, sets
 
 
+def rounds_done(out: Path) -> list[str]:
+    """``round N: seconds: generate .., fetch .., update ..`` of each round deltacrawl finished (its printout)."""
+    done, head = [], None
+    for line in out.read_text(errors="replace").splitlines():
+        if line.startswith("round ") and ":" in line:
+            head = line.split(":", 1)[0]
+        elif head and line.startswith("  seconds:"):
+            done.append(f"{head}:{line[len('  seconds:'):]}")
+    return done
+
+
 def run_scrapy(args, web, v: Variant, work: Path) -> tuple[float, int | None]:
     py = scrapy_python()
     seeds, hosts_map = work / "seeds.txt", work / "hosts.json"
@@ -176,19 +187,22 @@ def measure(name: str, args, v: Variant, tmp: Path) -> Verdict:
     work = tmp / name
     work.mkdir()
     with TestWeb(work / "web", n_hosts=v.hosts, seed=args.seed, kinds=v.kinds) as web:
+        cpu0 = _proc_cpu_s(web.proc.pid)
         if name == "deltacrawl":
             t0, code, sets = run_deltacrawl(args, web, v, work)
             note(f"deltacrawl settings: {' '.join(sets)}")
+            note("deltacrawl rounds finished inside T: " + ("; ".join(rounds_done(work / "deltacrawl.out")) or "none"))
         else:
             t0, code = run_scrapy(args, web, v, work)
         note(f"{name}: {'stopped at T' if code is None else f'exited {code}'} ({load()})")
         time.sleep(0.5)  # the server logs an aborted exchange when it notices the closed connection
+        server_cpu = (_proc_cpu_s(web.proc.pid) or 0.0) - (cpu0 or 0.0)
         lines = web.log()
     at = tuple(a for a in AT_S if a < args.seconds) + (args.seconds,)
     verdict = judge(name, web.plan, lines, t0, args.seconds, at,
                     v.delay_s, args.max_in_flight_per_ip)
     note(f"{name}: " + verdict.violations.summary().replace("\n", "; "))
-    return verdict
+    return replace(verdict, server_cpu=server_cpu / args.seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,7 +250,8 @@ def report(args, v: Variant, verdicts: list[Verdict], loads: list[str], total_s:
         f"DOWNLOAD_DELAY={v.delay_s:g}, CONCURRENT_REQUESTS_PER_DOMAIN=1, CONCURRENT_REQUESTS=100)",
         "measured from the server's log: distinct content pages (2xx HTML the plan serves, normalised URL) "
         "whose first response ended by t0+t, over t; t0 = launch of the crawler's process (start-up inside); "
-        "duty = share of [t0, t0+T] with >= 1 request in flight; violations judged at "
+        "duty = share of [t0, t0+T] with >= 1 request in flight; server cpu = the test web's CPU seconds "
+        "over the run / T (near 1.0: the one-process server, not the crawler, was the limit); violations judged at "
         f"host delay {v.delay_s:g} s + robots Crawl-delay, per-address cap {args.max_in_flight_per_ip}",
         "load: " + " | ".join(f"{p} {l}" for p, l in zip(["before"] + [f"after {x.name}" for x in verdicts], loads))
         + f" ({os.cpu_count()} cores)",

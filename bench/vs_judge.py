@@ -75,11 +75,13 @@ class Verdict:
     requests: int                     # requests started in the window
     duty: float
     violations: Violations
+    server_cpu: float | None = None   # the test web's CPU seconds over the run / T (1.0 = one core busy)
 
     def row(self) -> list[str]:
         v = self.violations
         return ([self.name] + [f"{r:.1f}" for r in self.rates]
                 + [str(self.pages), str(self.requests), f"{self.duty:.2f}",
+                   "n/a" if self.server_cpu is None else f"{self.server_cpu:.2f}",
                    str(len(v.too_close)), str(len(v.overlapping)), str(len(v.crowded_addrs)),
                    str(len(v.disallowed)), str(len(v.retry_after)), str(len(v.bait))])
 
@@ -102,7 +104,7 @@ VIOLATION_COLUMNS = ["too close", "overlap", "crowded addr", "robots", "Retry-Af
 def table(verdicts: list[Verdict]) -> str:
     """A plain-text table of the verdicts (same ``at`` for all), then the ratio of the first to the last."""
     at = verdicts[0].at
-    head = ["crawler"] + [f"pages/s @{a:g}s" for a in at] + ["pages", "requests", "duty"] + VIOLATION_COLUMNS
+    head = ["crawler"] + [f"pages/s @{a:g}s" for a in at] + ["pages", "requests", "duty", "server cpu"] + VIOLATION_COLUMNS
     rows = [head] + [v.row() for v in verdicts]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     out = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
