@@ -181,7 +181,8 @@ def loopback_hosts(web) -> dict[str, str]:
             if any(ipaddress.ip_address(addr) in n for n in nets)}
 
 
-def measure(name: str, args, v: Variant, tmp: Path) -> Verdict:
+def measure(name: str, args, v: Variant, tmp: Path, details: list[str]) -> Verdict:
+    """Run one crawler on a fresh test web and judge it; what the report should add goes to ``details``."""
     from tests.testweb import TestWeb
 
     work = tmp / name
@@ -191,7 +192,8 @@ def measure(name: str, args, v: Variant, tmp: Path) -> Verdict:
         if name == "deltacrawl":
             t0, code, sets = run_deltacrawl(args, web, v, work)
             note(f"deltacrawl settings: {' '.join(sets)}")
-            note("deltacrawl rounds finished inside T: " + ("; ".join(rounds_done(work / "deltacrawl.out")) or "none"))
+            details.append("deltacrawl rounds finished inside T (seconds): "
+                           + ("; ".join(rounds_done(work / "deltacrawl.out")) or "none"))
         else:
             t0, code = run_scrapy(args, web, v, work)
         note(f"{name}: {'stopped at T' if code is None else f'exited {code}'} ({load()})")
@@ -201,7 +203,7 @@ def measure(name: str, args, v: Variant, tmp: Path) -> Verdict:
     at = tuple(a for a in AT_S if a < args.seconds) + (args.seconds,)
     verdict = judge(name, web.plan, lines, t0, args.seconds, at,
                     v.delay_s, args.max_in_flight_per_ip)
-    note(f"{name}: " + verdict.violations.summary().replace("\n", "; "))
+    details.append(f"{name}, server-side check: " + verdict.violations.summary().replace("\n", "\n  "))
     return replace(verdict, server_cpu=server_cpu / args.seconds)
 
 
@@ -227,11 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     names = [args.only] if args.only else ["deltacrawl", "scrapy"]
     started = time.time()
     loads = [load()]
-    verdicts = []
+    verdicts, details = [], []
     for name in names:
-        verdicts.append(measure(name, args, v, tmp))
+        verdicts.append(measure(name, args, v, tmp, details))
         loads.append(load())
-    print(report(args, v, verdicts, loads, time.time() - started, tmp))
+    print(report(args, v, verdicts, loads, details, time.time() - started, tmp))
     if not args.keep:
         import shutil
 
@@ -239,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(args, v: Variant, verdicts: list[Verdict], loads: list[str], total_s: float, tmp: Path) -> str:
+def report(args, v: Variant, verdicts: list[Verdict], loads: list[str], details: list[str], total_s: float,
+           tmp: Path) -> str:
     sets = " ".join([f"politeness.host_delay_s={v.delay_s}", *v.overrides, *args.set])
     kinds = "every kind (sites, robots variants, traps, duplicates, hostile, ssrf)" if v.kinds is None else ",".join(v.kinds)
     lines = [
@@ -258,6 +261,7 @@ def report(args, v: Variant, verdicts: list[Verdict], loads: list[str], total_s:
         "",
         table(verdicts),
         "",
+        *details,
         f"total {total_s:.0f} s" + (f"; work directory kept: {tmp}" if args.keep else ""),
     ]
     return "\n".join(lines)
