@@ -1,0 +1,68 @@
+"""The judge of bench/crawl_vs_scrapy.py on hand-made log lines (no server, no crawler: milliseconds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import vs_judge
+from tests.testweb.sites import build_plan
+
+T0 = 1_000.0
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return build_plan(60, seed=7, port=8080)
+
+
+def rec(host, path, start, end, status=200, **kw):
+    return {"host": host, "addr": "127.10.0.1", "path": path, "start": start, "end": end, "status": status,
+            "ua": "x", "bait": False, "aborted": False, "disallowed": False, "in_retry_after": False, **kw}
+
+
+def html_pages(plan):
+    h = next(h for h in plan.by_kind("site") if h.variant == "ordinary" and h.size >= 10)
+    return h, [p for p, pg in h.pages.items() if pg.behaviour == "html" and p != "/"]
+
+
+def test_content_pages_are_distinct_2xx_html_after_normalisation(plan):
+    h, (path, other, third, *_) = html_pages(plan)
+    file_path = next(p for p, pg in h.pages.items() if pg.behaviour == "file")
+    sess = plan.host("trap-session.test")
+    lines = [
+        rec(h.name, "/", T0 + 1, T0 + 2),
+        rec(h.name, "/", T0 + 3, T0 + 4),                              # the same URL again: counted once
+        rec(h.name, path + "?utm_source=x", T0 + 5, T0 + 6),          # tracking parameter: same as path
+        rec(h.name, path, T0 + 7, T0 + 8),
+        rec(h.name, "/robots.txt", T0, T0 + 0.5),                     # not content
+        rec(h.name, file_path, T0 + 9, T0 + 10),                      # a PDF / image / CSV: not HTML
+        rec(h.name, other, T0 + 9, T0 + 10, status=503),             # an HTML page, but not 2xx
+        rec(h.name, third, T0 + 9, T0 + 10, aborted=True),            # cut off: not a page fetched
+        rec(sess.name, "/;jsessionid=AB12", T0 + 11, T0 + 12),
+        rec(sess.name, "/?sid=CD34", T0 + 13, T0 + 14),               # the session trap's home again
+    ]
+    assert vs_judge.first_content_ends(plan, lines) == [T0 + 2, T0 + 6, T0 + 12]
+
+
+def test_rate_at_t_counts_pages_ended_by_t0_plus_t():
+    ends = [T0 + 1, T0 + 30, T0 + 60, T0 + 61]
+    assert vs_judge.pages_per_s(ends, T0, 60) == pytest.approx(3 / 60)
+    assert vs_judge.pages_per_s(ends, T0, 120) == pytest.approx(4 / 120)
+
+
+def test_duty_cycle_is_the_union_of_requests_in_flight_clipped_to_the_window():
+    lines = [rec("a", "/", T0 - 5, T0 + 10),     # clipped at t0: 10 s
+             rec("b", "/", T0 + 5, T0 + 20),     # overlaps the first: adds 10 s
+             rec("c", "/", T0 + 40, T0 + 50),    # alone: 10 s
+             rec("d", "/", T0 + 95, T0 + 130)]   # clipped at t0 + 100: 5 s
+    assert vs_judge.duty_cycle(lines, T0, 100) == pytest.approx(0.35)
+    assert vs_judge.duty_cycle([], T0, 100) == 0.0
+
+
+def test_judge_counts_only_requests_started_inside_the_window(plan):
+    h, (path, *_) = html_pages(plan)
+    lines = [rec(h.name, "/", T0 + 1, T0 + 2), rec(h.name, path, T0 + 2.2, T0 + 3),  # 0.2 s gap: too close
+             rec(h.name, "/late.html", T0 + 100, T0 + 101)]
+    v = vs_judge.judge("x", plan, lines, T0, 60, (60,), host_delay_s=1.0, max_in_flight_per_addr=2)
+    assert (v.requests, v.pages, len(v.violations.too_close)) == (2, 2, 1)
+    assert v.rates == (pytest.approx(2 / 60),)
