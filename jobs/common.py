@@ -123,6 +123,32 @@ def conform(df, t: Table):
     return df.select(*cols)
 
 
+#: Delta's MERGE copies its source first unless told not to (``auto``: whenever the source is not a
+#: Delta scan alone), to guard against a source that changes between its two reads. A source that
+#: is a staged Parquet file or a local row cannot change: the copy is a Spark job and a local
+#: checkpoint for nothing (measured: bench/verb_cost.py, RESULTS.md "Rounds that cost seconds").
+STABLE_MERGE_SOURCE = {"spark.databricks.delta.merge.materializeSource": "none"}
+
+
+class session_conf:
+    """``with session_conf(spark, {key: value}):`` session settings for a block, restored after it."""
+
+    def __init__(self, spark, settings: dict[str, str]):
+        self.spark, self.settings = spark, settings
+
+    def __enter__(self):
+        self.old = {k: self.spark.conf.get(k, None) for k in self.settings}
+        for k, v in self.settings.items():
+            self.spark.conf.set(k, v)
+
+    def __exit__(self, *exc):
+        for k, v in self.old.items():
+            if v is None:
+                self.spark.conf.unset(k)
+            else:
+                self.spark.conf.set(k, v)
+
+
 class Timer:
     """Wall-clock seconds of a block: ``with Timer() as t: …; t.seconds``."""
 

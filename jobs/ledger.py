@@ -26,7 +26,7 @@ from typing import Any
 
 from crawl_udfs.config import Config, ConfigError
 from jobs import lease
-from jobs.common import conform, now_utc, read, table
+from jobs.common import STABLE_MERGE_SOURCE, conform, now_utc, read, session_conf, table
 from schemas.tables import TABLES
 
 STATES = ("generated", "fetching", "fetched", "updated")
@@ -130,7 +130,9 @@ def set_state(spark, conf: Config, n: int, state: str, *, counts: dict[str, int]
     else:
         assert expected in STATES, expected
         merge = merge.whenMatchedUpdateAll(condition=f"t.state = '{expected}'")
-    if merge.execute().collect()[0]["num_affected_rows"] != 1:
+    with session_conf(spark, STABLE_MERGE_SOURCE):  # the source is one local row
+        affected = merge.execute().collect()[0]["num_affected_rows"]
+    if affected != 1:
         now = get_round(spark, conf, n)
         found = f"it is {now['state']}" if now else "it is not in the ledger"
         raise StaleRound(f"round {n}: expected {expected or 'no row'} before moving it to {state}, but {found}: "

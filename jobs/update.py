@@ -127,7 +127,7 @@ What update scans, and how it grows:
   Delta's min/max data skipping prunes no file: every file's ``url_fp`` column
   is read, O(crawl DB) bytes of one column (plus the matching rows). The
   MERGE repeats that join to find the files it touches. Deletion vectors (on
-  for every table) keep it from rewriting those files: it writes small DVs
+  for the crawl DB) keep it from rewriting those files: it writes small DVs
   plus the changed rows, so the WRITE grows with the touched URLs.
 - the digest lookup (``status``, ``digest``, ``first_seen`` of stored rows,
   semi-joined with the batch's broadcast digests): O(crawl DB) in those three
@@ -336,13 +336,8 @@ def _host_counts(hosts_new, now: dt.datetime) -> dict[str, int]:
 
 
 def _tagged(spark, tag: str):
-    class _Ctx:
-        def __enter__(self):
-            spark.conf.set(_META, tag)
-
-        def __exit__(self, *exc):
-            spark.conf.unset(_META)
-    return _Ctx()
+    """The MERGE commits carry ``tag``; their sources are staged files (:func:`_staged`), never copied again."""
+    return common.session_conf(spark, {_META: tag, **common.STABLE_MERGE_SOURCE})
 
 
 def _merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:

@@ -8,7 +8,7 @@ name in the session catalog (``jobs.common.register_tables``), so SQL can say
 ``delta.`<root>/tables/crawldb```.
 
 Short long strings (URLs, bodies) sit after the columns that queries filter
-on, because Delta collects data-skipping statistics on the first 32 columns.
+on: the crawl DB keeps data-skipping statistics on its first four columns (see ``_DV``).
 """
 
 from __future__ import annotations
@@ -240,18 +240,27 @@ class Table:
     comment: str = ""
 
 
-_COMMON = (("delta.enableDeletionVectors", "true"),)
+# Deletion vectors keep a MERGE from rewriting the untouched rows of the files it touches: worth it
+# for the crawl DB, whose rounds touch a few rows of every file. Every other table is small, or
+# written by append / replaceWhere overwrite only, and a table with the deletion-vector feature costs
+# a file-listing Spark job each time a plan that reads it is analysed (Delta's
+# PreprocessTableWithDVs): measured by bench/verb_cost.py, RESULTS.md "Rounds that cost seconds".
+# Data-skipping statistics: the crawl DB's first four columns (url_fp, host, status, next_fetch_time:
+# generate's pushed-down filter is on the last two), none on the other tables (read by round
+# partition or whole). Collecting min/max over 32 columns is work in every write and MERGE.
+_DV = (("delta.enableDeletionVectors", "true"), ("delta.dataSkippingNumIndexedCols", "4"))
+_NO_DV = (("delta.enableDeletionVectors", "false"), ("delta.dataSkippingNumIndexedCols", "0"))
 
 TABLES: dict[str, Table] = {t.name: t for t in (
-    Table("crawldb", CRAWLDB, properties=_COMMON + (("delta.enableChangeDataFeed", "true"),),
+    Table("crawldb", CRAWLDB, properties=_DV + (("delta.enableChangeDataFeed", "true"),),
           comment="one row per normalised URL: the frontier and what is known of each URL"),
-    Table("hosts", HOSTS, properties=_COMMON, comment="one row per host: robots cache, politeness, budgets"),
-    Table("fetch_log", FETCH_LOG, partition_by=("round",), properties=_COMMON,
+    Table("hosts", HOSTS, properties=_NO_DV, comment="one row per host: robots cache, politeness, budgets"),
+    Table("fetch_log", FETCH_LOG, partition_by=("round",), properties=_NO_DV,
           comment="one row per fetch attempt: the crawl log"),
-    Table("links", LINKS, partition_by=("round",), properties=_COMMON, comment="one row per link edge"),
-    Table("rounds", ROUNDS, properties=_COMMON, comment="the round ledger"),
-    Table("fetch_list", FETCH_LIST, partition_by=("round",), properties=_COMMON,
+    Table("links", LINKS, partition_by=("round",), properties=_NO_DV, comment="one row per link edge"),
+    Table("rounds", ROUNDS, properties=_NO_DV, comment="the round ledger"),
+    Table("fetch_list", FETCH_LIST, partition_by=("round",), properties=_NO_DV,
           comment="segment: the URLs each round fetches"),
-    Table("fetch_output", FETCH_OUTPUT, partition_by=("round",), properties=_COMMON,
+    Table("fetch_output", FETCH_OUTPUT, partition_by=("round",), properties=_NO_DV,
           comment="segment: what each round's fetch tasks returned"),
 )}

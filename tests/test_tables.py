@@ -35,6 +35,11 @@ def test_init_is_idempotent_and_registers(spark, crawl_conf):
     props = dict(spark.sql(f"DESCRIBE DETAIL delta.`{common.table_path(crawl_conf, 'crawldb')}`")
                  .collect()[0].properties)
     assert props.get("delta.enableChangeDataFeed") == "true"
+    # deletion vectors only where a MERGE touches a few rows of big files; elsewhere they cost jobs
+    assert props.get("delta.enableDeletionVectors") == "true"
+    rounds_props = dict(spark.sql(f"DESCRIBE DETAIL delta.`{common.table_path(crawl_conf, 'rounds')}`")
+                        .collect()[0].properties)
+    assert rounds_props.get("delta.enableDeletionVectors") == "false"
 
 
 def test_ledger_state_machine(spark, crawl_conf):

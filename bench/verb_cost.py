@@ -1,0 +1,294 @@
+"""What generate and update cost on Spark, step by step: Spark jobs, seconds, time outside jobs (issue 13.3).
+
+One run, one process, ``local[2]`` (the embedded default on this machine):
+
+1. **start**: the SparkSession built (JVM start, Delta's JARs) and the tables
+   created: what a ``deltacrawl crawl`` pays once before its first request.
+2. A synthetic crawl DB of ``--rows`` rows: ``--round`` of them due now
+   (unfetched, on ``--hosts`` hosts named ``h<i>.synthetic.invalid`` with a
+   known address, so resolve has nothing to look up) and the rest fetched and
+   due in 1-30 days, plus every host's ``hosts`` row.
+3. **generate** of round 1 (its fetch list: ``--round`` URLs).
+4. A synthetic fetch of that list: every URL ``ok`` (200) with its own
+   digest and SimHash and ``--links`` outlinks (half to other listed URLs of
+   its host, half new), and one host row per host; written as round 1's
+   ``fetch_output`` and the ledger moved to ``fetched`` as fetch does. No
+   request leaves the process: the hosts are never contacted.
+5. **update** of round 1, then (``--repeat``) the same again for round 2
+   (generate picks the new URLs round 1 discovered), so the second figures
+   are those of a warm JVM.
+
+Per verb and per step of it (the functions ``generate.run`` and ``update.run``
+call, wrapped here and nowhere else): wall seconds, Spark jobs started (the
+DAG scheduler's job counter, read before and after), and the seconds the
+driver spent with no job of the step running ("outside jobs": analysis,
+planning, Delta log replay, Python), from the jobs' submission and completion
+times in Spark's status store.
+
+    .venv/bin/python -m bench.verb_cost                      # 100k rows, 10k-URL rounds, 2 rounds
+    .venv/bin/python -m bench.verb_cost --rows 20000 --round 2000 --repeat 1   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+class Meter:
+    """Seconds, Spark jobs and time outside jobs of named steps (nested steps are counted in their parent too)."""
+
+    def __init__(self, spark, names: bool = False):
+        self.sc, self.names = spark.sparkContext, names
+        self.rows: list[dict] = []
+        self.depth = 0
+
+    def _next_job(self) -> int:
+        return int(self.sc._jsc.sc().dagScheduler().numTotalJobs())
+
+    def _busy_s(self, first: int, last: int, t0_ms: float) -> float:
+        """Union of the jobs' [submission, completion] intervals, in seconds."""
+        store = self.sc._jsc.sc().statusStore()
+        spans = []
+        for j in range(first, last):
+            try:
+                d = store.job(j)
+            except Exception:  # noqa: BLE001 - a job evicted from the store (spark.ui.retainedJobs)
+                continue
+            sub, end = d.submissionTime(), d.completionTime()
+            if sub.isDefined() and end.isDefined():
+                spans.append((max(sub.get().getTime(), t0_ms), end.get().getTime()))
+        busy, cur = 0.0, None
+        for a, b in sorted(spans):
+            if cur is None or a > cur[1]:
+                if cur:
+                    busy += cur[1] - cur[0]
+                cur = [a, b]
+            else:
+                cur[1] = max(cur[1], b)
+        if cur:
+            busy += cur[1] - cur[0]
+        return busy / 1000
+
+    @contextmanager
+    def step(self, name: str):
+        first, t0, wall0 = self._next_job(), time.perf_counter(), time.time() * 1000
+        self.depth += 1
+        row = {"step": name, "depth": self.depth - 1}
+        self.rows.append(row)
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            last = self._next_job()
+            row.update(seconds=time.perf_counter() - t0, jobs=last - first)
+            row["outside_jobs_s"] = row["seconds"] - self._busy_s(first, last, wall0)
+            if self.names:
+                row["job_names"] = self._names(first, last)
+
+    def _names(self, first: int, last: int) -> dict[str, int]:
+        """How many of the jobs each call site started (Spark's job name: the first user-facing frame)."""
+        store, out = self.sc._jsc.sc().statusStore(), {}
+        for j in range(first, last):
+            try:
+                name = str(store.job(j).name())
+            except Exception:  # noqa: BLE001 - evicted
+                continue
+            out[name] = out.get(name, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def wrap(self, module, name: str, label: str | None = None) -> None:
+        fn = getattr(module, name)
+        meter = self
+
+        def wrapped(*a, **kw):
+            with meter.step(label or name):
+                return fn(*a, **kw)
+        setattr(module, name, wrapped)
+
+
+def instrument(meter: Meter) -> None:
+    """Wrap the steps of generate.run and update.run (module attributes they look up at call time)."""
+    from jobs import generate, ledger, resolve, update
+
+    for mod, names in ((ledger, ("step", "set_state")), (resolve, ("run",)),
+                       (update, ("plan", "_staged", "_counts", "_host_counts", "_merge_crawldb", "_merge_hosts",
+                                 "_append", "_version", "_remove"))):
+        for n in names:
+            meter.wrap(mod, n, f"{mod.__name__.split('.')[-1]}.{n}")
+    # the rest of generate.run: its select + count + write, between resolve and the ledger write
+    meter.wrap(generate, "select_due", "generate.select_due (lazy)")
+
+
+def synthetic_crawldb(spark, conf, *, rows: int, due: int, hosts: int, now: dt.datetime) -> None:
+    from pyspark.sql import functions as F
+
+    from jobs import common
+    from schemas.tables import TABLES
+
+    ids = spark.range(rows, numPartitions=2)
+    host = F.concat(F.lit("h"), (F.col("id") % hosts).cast("string"), F.lit(".synthetic.invalid"))
+    url = F.concat(F.lit("http://"), host, F.lit("/p/"), F.col("id").cast("string"), F.lit(".html"))
+    is_due = F.col("id") < due
+    rnd = F.rand(seed=7)
+    seen = F.lit(now - dt.timedelta(days=3)).cast("timestamp")
+    later = F.lit(now).cast("timestamp") + F.make_interval(days=(F.lit(1) + (rnd * 29).cast("int")))
+    df = (ids.withColumn("host", host).withColumn("url", url).withColumn("url_fp", F.xxhash64("url"))
+          .withColumn("status", F.when(is_due, "unfetched").otherwise("fetched"))
+          .withColumn("next_fetch_time", F.when(is_due, seen).otherwise(later))
+          .withColumn("score", rnd).withColumn("depth", (F.col("id") % 7).cast("int"))
+          .withColumn("redirect_hops", F.lit(0)).withColumn("retries", F.lit(0))
+          .withColumn("fetch_count", F.when(is_due, 0).otherwise(1)).withColumn("change_count", F.lit(0))
+          .withColumn("unchanged_count", F.lit(0)).withColumn("fetch_interval_s", F.lit(2592000.0))
+          .withColumn("first_seen", seen).withColumn("discovered_round", F.lit(0).cast("long"))
+          .withColumn("updated_round", F.lit(0).cast("long")))
+    fetched = ~is_due
+    for c, v in (("last_fetch_time", seen), ("http_status", F.lit(200)), ("simhash", F.xxhash64("url", F.lit("s"))),
+                 ("digest", F.concat(F.lit("sha1:"), F.upper(F.substring(F.sha1(F.col("url")), 1, 32)))),
+                 ("content_type", F.lit("text/html")), ("warc_fetch_time", seen),
+                 ("warc_record_id", F.concat(F.lit("<urn:uuid:"), F.expr("uuid()"), F.lit(">")))):
+        df = df.withColumn(c, F.when(fetched, v))
+    (common.conform(df, TABLES["crawldb"]).write.format("delta").mode("append")
+     .save(common.table_path(conf, "crawldb")))
+    h = (spark.range(hosts, numPartitions=1)
+         .withColumn("host", F.concat(F.lit("h"), F.col("id").cast("string"), F.lit(".synthetic.invalid")))
+         .withColumn("ip", F.concat(F.lit("192.0.2."), (F.col("id") % 250 + 1).cast("string")))
+         .withColumn("next_allowed_at", seen).withColumn("consecutive_failures", F.lit(0))
+         .withColumn("robots_status", F.lit(200)).withColumn("pages_fetched", F.lit(0).cast("long"))
+         .withColumn("bytes_fetched", F.lit(0).cast("long")).withColumn("requests", F.lit(0).cast("long"))
+         .withColumn("duplicate_pages", F.lit(0).cast("long")).withColumn("new_content_pages", F.lit(0).cast("long"))
+         .withColumn("delay_s", F.lit(0.01)).withColumn("updated_round", F.lit(0).cast("long")))
+    (common.conform(h, TABLES["hosts"]).write.format("delta").mode("append").save(common.table_path(conf, "hosts")))
+
+
+def synthetic_fetch(spark, conf, n: int, links: int, row: dict, now: dt.datetime) -> dict:
+    """Round n's fetch_output as a fetch of its whole list would write it (every page ok), ledger to fetched."""
+    from pyspark.sql import functions as F
+
+    from jobs import common, ledger
+    from schemas.tables import TABLES
+
+    row = ledger.set_state(spark, conf, n, "fetching", old=row)
+    fl = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
+    t = F.lit(now).cast("timestamp")
+    # outlinks: i even -> a URL of the same host that is in the crawl DB (id-ish neighbour), odd -> a new one
+    link = F.transform(F.sequence(F.lit(1), F.lit(links)), lambda i: F.struct(
+        F.concat(F.lit("http://"), F.col("host"), F.lit("/p/"),
+                 F.when(i % 2 == 0, F.abs(F.col("url_fp") % 1000).cast("string"))
+                 .otherwise(F.concat(F.lit("r"), F.lit(n), F.lit("-"), F.abs(F.col("url_fp")).cast("string"),
+                                     F.lit("-"), i.cast("string"))), F.lit(".html")).alias("url"),
+        F.lit(None).cast("long").alias("url_fp"), F.lit("a").alias("kind"), F.lit(False).alias("nofollow"),
+        F.col("host").alias("host")))
+    pages = (fl.withColumn("kind", F.lit("page")).withColumn("outcome", F.lit("ok")).withColumn("fetch_time", t)
+             .withColumn("status_code", F.lit(200)).withColumn("content_type", F.lit("text/html"))
+             .withColumn("content_length", F.lit(5000).cast("long")).withColumn("wire_bytes", F.lit(5200).cast("long"))
+             .withColumn("digest", F.concat(F.lit("sha1:R"), F.lit(n), F.col("url_fp").cast("string")))
+             .withColumn("simhash", F.xxhash64("url", F.lit(n)))
+             .withColumn("noindex", F.lit(False)).withColumn("nofollow", F.lit(False))
+             .withColumn("warc_filename", F.concat(F.lit("r"), F.lit(n), F.lit("-p"), F.col("partition"), F.lit(".warc.gz")))
+             .withColumn("warc_offset", F.col("url_fp") % 100000).withColumn("warc_length", F.lit(3000).cast("long"))
+             .withColumn("warc_record_id", F.concat(F.lit("<urn:uuid:"), F.expr("uuid()"), F.lit(">")))
+             .withColumn("t_first_byte_ms", F.lit(5.0)).withColumn("t_total_ms", F.lit(8.0))
+             .withColumn("outlinks", link))
+    pages = pages.withColumn("outlinks", F.transform("outlinks", lambda o: o.withField("url_fp", F.xxhash64(o["url"]))))
+    host_rows = (fl.groupBy("host", "partition").agg(F.count(F.lit(1)).alias("requests"))
+                 .withColumn("kind", F.lit("host")).withColumn("robots_status", F.lit(200))
+                 .withColumn("robots_fetched_at", t).withColumn("robots_expires_at", t + F.expr("INTERVAL 1 DAY"))
+                 .withColumn("next_allowed_at", t).withColumn("consecutive_failures", F.lit(0))
+                 .withColumn("parked", F.lit(False)).withColumn("robots_requests", F.lit(1).cast("long"))
+                 .withColumn("bytes_received", F.col("requests") * 5200).withColumn("delay_s", F.lit(0.01)))
+    out = common.conform(pages.unionByName(host_rows, allowMissingColumns=True).withColumn("round", F.lit(n)),
+                         TABLES["fetch_output"])
+    (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
+     .save(common.table_path(conf, "fetch_output")))
+    return ledger.set_state(spark, conf, n, "fetched", old=row)
+
+
+def report(rows: list[dict]) -> str:
+    lines = [f"{'step':<44} {'seconds':>8} {'jobs':>5} {'outside jobs s':>14}"]
+    for r in rows:
+        lines.append(f"{'  ' * r['depth'] + r['step']:<44} {r['seconds']:>8.2f} {r['jobs']:>5} {r['outside_jobs_s']:>14.2f}")
+        if r.get("job_names") and r["jobs"] >= 3:
+            lines += [f"{'  ' * r['depth']}    {n:>3} x {name}" for name, n in list(r["job_names"].items())[:4]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=100_000, help="crawl DB rows")
+    p.add_argument("--round", type=int, default=10_000, help="URLs due now: the round's size (top_n)")
+    p.add_argument("--hosts", type=int, default=500, help="hosts of the synthetic crawl DB")
+    p.add_argument("--links", type=int, default=4, help="outlinks per fetched page")
+    p.add_argument("--repeat", type=int, default=2, help="rounds (the first pays the JVM's first jobs)")
+    p.add_argument("--set", action="append", default=[], help="a configuration KEY=VALUE (repeatable)")
+    p.add_argument("--job-names", action="store_true", help="also print the commonest job names of each step")
+    p.add_argument("--json", help="also write the raw figures here")
+    args = p.parse_args(argv)
+
+    from crawl_udfs import config
+
+    work = Path(tempfile.mkdtemp(prefix="verb-cost-"))
+    overlay = work / "conf.toml"
+    overlay.write_text(f'[storage]\nroot = "{work / "root"}"\n[spark]\nmaster = "local[2]"\n'
+                       f"[generate]\ntop_n = {args.round}\nmax_urls_per_host = {max(1, 2 * args.round // args.hosts)}\n"
+                       "fetch_partitions = 2\n")
+    conf = config.load([overlay], overrides=args.set) if args.set else config.load([overlay])
+    load0 = os.getloadavg()
+    results = []
+    try:
+        t = time.perf_counter()
+        from jobs.session import build_session
+        spark = build_session(conf)
+        start_s = time.perf_counter() - t
+        from jobs import common, generate, update
+        meter = Meter(spark, names=args.job_names)
+        with meter.step("init (ensure_tables)"):
+            common.ensure_tables(spark, conf)
+        with meter.step("register_tables (the CLI, every command)"):
+            common.register_tables(spark, conf)
+        now = common.now_utc()
+        with meter.step(f"synthetic crawl DB ({args.rows:,} rows)"):
+            synthetic_crawldb(spark, conf, rows=args.rows, due=args.round, hosts=args.hosts, now=now)
+        instrument(meter)
+        row = None
+        for _ in range(args.repeat):
+            with meter.step("GENERATE"):
+                g = generate.run(spark, conf, now=now, row=row)
+            with meter.step(f"synthetic fetch ({g['generated']:,} URLs)"):
+                row = synthetic_fetch(spark, conf, g["round"], args.links, g["row"], now)
+            with meter.step("UPDATE"):
+                u = update.run(spark, conf, round_no=g["round"], row=row, now=now)
+            row = u["row"]
+            results.append({"round": g["round"], "generated": g["generated"], "new_urls": u["new_urls"]})
+            now = now + dt.timedelta(seconds=1)
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    head = (f"verb cost ({os.cpu_count()} CPUs; {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; load "
+            f"{load0[0]:.1f} -> {os.getloadavg()[0]:.1f}; local[2]; {args.rows:,} crawl-DB rows, {args.hosts} hosts; "
+            f"rounds {results}; settings {args.set or 'defaults'})")
+    print(head)
+    print(f"session start (JVM + Delta, build_session): {start_s:.2f}s")
+    print(report(meter.rows))
+    top = [r for r in meter.rows if r["step"] in ("GENERATE", "UPDATE")]
+    for i in range(0, len(top) - 1, 2):
+        print(f"round {i // 2 + 1}: generate + update = {top[i]['seconds']:.1f} + {top[i + 1]['seconds']:.1f} = "
+              f"{top[i]['seconds'] + top[i + 1]['seconds']:.1f}s ({top[i]['jobs'] + top[i + 1]['jobs']} jobs)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"start_s": start_s, "steps": meter.rows, "rounds": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
