@@ -5,7 +5,9 @@
 - **One result per fetch-list URL**, whatever happens: fetched, denied, failed,
   deferred, or ``not_attempted`` when the task's wall-clock budget
   (``fetch.task_budget_s``) ran out — those come back untouched, to be fetched
-  in a later round. Plus one :class:`~crawl_udfs.rows.HostResult` per host.
+  in a later round. Plus one per URL followed inside the round and tried
+  (``in_round``, ``crawl_udfs.host_runs``), and one
+  :class:`~crawl_udfs.rows.HostResult` per host.
 - **Politeness** is the :class:`~crawl_udfs.scheduler.PolitenessScheduler`'s:
   never two requests in flight to one host, never a request sooner than the
   host's delay after the previous one ended, a per-IP cap, Retry-After and
@@ -153,7 +155,7 @@ class _Task:
             finally:
                 warc.close()
         self.hosts.finish_unattempted()
-        ordered = [self.hosts.results[id(i)] for i in self.items]
+        ordered = [self.hosts.results[id(i)] for i in self.items] + self.hosts.followed_results()
         return ordered, [self.hosts.host_result(run) for run in self.hosts.runs.values()]
 
     async def _drive(self, deadline: float) -> None:
@@ -308,6 +310,8 @@ class _Task:
         # The request's task waits for its page, so pages held in memory (fetched or
         # queued) stay within fetch.max_concurrency.
         await self.pages.hand_over(item, resp, waited, wait)
+        if self.hosts.follow(item, self.hosts.results[id(item)], self.clock.now()):
+            self.wake_driver()  # links followed inside the round (host_runs): new work for idle hosts
 
     def _ended_at(self, resp: FetchResponse) -> float | None:
         """When the host's request counts as ended, in the task clock's timebase (None: now).
