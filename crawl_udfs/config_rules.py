@@ -138,6 +138,7 @@ RULES: dict[str, Check] = {
     "fetch.max_concurrency": COUNT,
     "fetch.parse_threads": COUNT_OR_ZERO,
     "fetch.task_budget_s": above(0),
+    "fetch.follow_in_round": ANY,
     "fetch.max_redirect_hops": COUNT_OR_ZERO,
     "fetch.dns_ttl_s": SECONDS,
     "fetch.dns_timeout_s": above(0),
