@@ -9,6 +9,20 @@ Guarantees:
   previous round persisted; in a retried task also one host delay after the start.
 - **One result per fetch-list URL**: pages finished here (denied, deferred, parked,
   not attempted) or by the page work (``crawl_udfs.pages``), never twice.
+- **Links followed inside the round** (:meth:`TaskHosts.follow`): a fetched page's
+  admitted links to a host of this task are queued on that host like fetch-list
+  URLs (same scheduler, same robots.txt rules), when the host's input row gave a
+  known set and a cap (``jobs/fetch.fetch_input``; none: nothing is followed), and
+  never a URL the crawl DB knows (:class:`~crawl_udfs.known_urls.KnownUrls`) nor one
+  this task already holds or followed (the seen set): no URL is fetched twice in a
+  round, no known URL again. A host's fetch list plus its followed URLs stay within
+  its ``follow_cap`` (generate's per-host cap: budget, trap throttle, window / delay);
+  links are followed only as update would follow them (not nofollow, not redirect or
+  canonical targets), at depth parent + 1 (admission already applied ``scope.max_depth``
+  with the page's depth) and score parent x ``scope.score_decay`` / followed links.
+  A followed URL that was tried comes back as a result with ``in_round`` set
+  (:meth:`TaskHosts.followed_results`); one never tried (deferred, not attempted)
+  leaves no row: it is still its parent's outlink, and update inserts it unfetched.
 - What the task learnt of each host comes back as one :class:`HostResult`
   (:meth:`TaskHosts.host_result`), for ``hosts``.
 """
@@ -19,13 +33,16 @@ import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
+from crawl_udfs.admission import SAME_DOC_KINDS, depth_of, followed
 from crawl_udfs.config import Config
 from crawl_udfs.fetcher import FetchResponse
+from crawl_udfs.known_urls import KnownUrls
 from crawl_udfs.responses import NOT_SENT
 from crawl_udfs.robots import RobotsPolicy, robots_url
 from crawl_udfs.robots_fetch import RobotsFetch
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
 from crawl_udfs.scheduler import PolitenessScheduler
+from crawl_udfs.url_normalize import host_of
 
 #: Park reasons that mean the host cannot be reached at all: its URLs fail, not wait.
 _UNREACHABLE = ("dns", "ssrf_blocked")
@@ -41,6 +58,8 @@ class HostRun:
     policy: RobotsPolicy | None = None
     robots_pending: bool = False          # a robots.txt chain is queued or under way
     waiting: list[FetchItem] = field(default_factory=list)  # pages held until robots is known
+    known: KnownUrls | None = None        # url_fps the crawl DB knows on the host (None: follow nothing)
+    follow_left: int = 0                  # URLs the host may still be given in this round by following
     durations: deque = field(default_factory=deque)  # seconds of its last requests (politeness.response_time_window)
 
 
@@ -53,6 +72,8 @@ class TaskHosts:
         self.runs: dict[str, HostRun] = {}
         self.results: dict[int, FetchResult] = {}   # id(item) -> result (written by parse threads too)
         self.queued_at: dict[int, float] = {}       # id(item) -> when it was admitted
+        self.seen: set[int] = set()                 # url_fps of the fetch list and of every URL followed
+        self.followed: list[FetchItem] = []         # URLs followed inside the round, in the order queued
 
     # -- admission ------------------------------------------------------------------------
     def admit(self, items: list[FetchItem], seeds: dict[str, HostState], start: float, retried: bool) -> None:
@@ -78,6 +99,9 @@ class TaskHosts:
             run.waiting.extend(host_items)
             for item in host_items:
                 self.queued_at[id(item)] = start
+                self.seen.add(item.url_fp)
+            if seed and seed.known is not None and seed.follow_cap is not None:
+                run.known, run.follow_left = seed.known, seed.follow_cap - len(host_items)
             if run.policy is None:
                 self.request_robots(run)
             else:
@@ -117,6 +141,47 @@ class TaskHosts:
                 self.finish(item, Outcome.ROBOTS_DENIED)
             else:
                 self.sched.add(run.name, item)
+
+    # -- links followed inside the round -------------------------------------------------------
+    def follow(self, parent: FetchItem, result: FetchResult, now: float) -> int:
+        """Queue the links of ``parent``'s page that this task may fetch in the round; how many were queued."""
+        if not result.outlinks:
+            return 0
+        follow_nofollow = self.conf.parse.follow_nofollow
+        links = [o for o in result.outlinks
+                 if o.kind not in SAME_DOC_KINDS and followed(o.kind, o.nofollow, follow_nofollow=follow_nofollow)]
+        # update's rule for a new URL's score (update_transforms.discover): the parent's share per followed link
+        score = parent.score * self.conf.scope.score_decay / max(len(links), 1)
+        queued = 0
+        for link in links:
+            run = self.runs.get(link.host or host_of(link.url))
+            if (run is None or run.follow_left <= 0 or link.url_fp in self.seen or link.url_fp in run.known
+                    or self.sched.host_state(run.name).parked
+                    or (run.policy is not None and not run.policy.allowed(link.url))):
+                continue
+            item = FetchItem(url=link.url, url_fp=link.url_fp, host=run.name, depth=depth_of(parent.depth, link.kind),
+                             score=score, in_round=True, source_fp=parent.url_fp)
+            self.seen.add(item.url_fp)
+            run.follow_left -= 1
+            self.followed.append(item)
+            self.queued_at[id(item)] = now
+            if run.policy is None:
+                run.waiting.append(item)  # released with the rest once the rules are known
+            else:
+                self.sched.add(run.name, item)
+            queued += 1
+        return queued
+
+    def followed_results(self) -> list[FetchResult]:
+        """The results of the followed URLs that were tried, marked ``in_round`` with their depth, score, source."""
+        out = []
+        for item in self.followed:
+            r = self.results.get(id(item))
+            if r is None or r.outcome in (Outcome.DEFERRED.value, Outcome.NOT_ATTEMPTED.value):
+                continue
+            r.in_round, r.depth, r.score, r.source_fp = True, item.depth, item.score, item.source_fp
+            out.append(r)
+        return out
 
     def count(self, run: HostRun, resp: FetchResponse, *, robots: bool = False, own_host: bool = True) -> None:
         """Count one request of ``run`` (``own_host``: it went to ``run``'s host, not a redirect target)."""

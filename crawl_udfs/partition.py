@@ -8,7 +8,9 @@
   what was left was a thin tail (:class:`~crawl_udfs.tail.TailJudge`: a few slow
   hosts must not hold the round) — those come back untouched, to be fetched
   in a later round. No request starts after the end; one in flight finishes
-  normally. Plus one :class:`~crawl_udfs.rows.HostResult` per host.
+  normally. Plus one per URL followed inside the round and tried
+  (``in_round``, ``crawl_udfs.host_runs``), and one
+  :class:`~crawl_udfs.rows.HostResult` per host.
 - **Politeness** is the :class:`~crawl_udfs.scheduler.PolitenessScheduler`'s:
   never two requests in flight to one host, never a request sooner than the
   host's delay after the previous one ended, a per-IP cap, Retry-After and
@@ -160,7 +162,7 @@ class _Task:
             finally:
                 warc.close()
         self.hosts.finish_unattempted("tail_cut" if self.tail.cut() else "task_budget")
-        ordered = [self.hosts.results[id(i)] for i in self.items]
+        ordered = [self.hosts.results[id(i)] for i in self.items] + self.hosts.followed_results()
         return ordered, [self.hosts.host_result(run) for run in self.hosts.runs.values()]
 
     async def _drive(self, deadline: float) -> None:
@@ -335,6 +337,8 @@ class _Task:
         # The request's task waits for its page, so pages held in memory (fetched or
         # queued) stay within fetch.max_concurrency.
         await self.pages.hand_over(item, resp, waited, wait)
+        if self.hosts.follow(item, self.hosts.results[id(item)], self.clock.now()):
+            self.wake_driver()  # links followed inside the round (host_runs): new work for idle hosts
 
     def _ended_at(self, resp: FetchResponse) -> float | None:
         """When the host's request counts as ended, in the task clock's timebase (None: now).

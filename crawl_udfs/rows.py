@@ -1,7 +1,8 @@
 """The rows that cross the boundary between Spark and a fetch task.
 
 Guarantees: plain, picklable dataclasses holding only str/int/float/bool/bytes,
-lists and None, so the Spark layer (``jobs/fetch.py``) converts them to and
+lists and None (and a host's :class:`~crawl_udfs.known_urls.KnownUrls`, a sorted
+int64 array), so the Spark layer (``jobs/fetch.py``) converts them to and
 from Arrow without knowing anything else of ``crawl_udfs``. Times are Unix
 epoch seconds (float, UTC). ``url_fp`` is :func:`crawl_udfs.url_normalize.fingerprint`.
 """
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from crawl_udfs.known_urls import KnownUrls
 
 
 class Outcome(str, Enum):
@@ -42,6 +47,8 @@ class FetchItem:
     prev_digest: str | None = None    # payload digest of the last stored copy ("sha1:…")
     prev_warc_record_id: str | None = None  # WARC-Record-ID of that copy, for revisit records
     prev_fetch_time: float | None = None    # when that copy was fetched
+    in_round: bool = False            # followed inside this round (host_runs.TaskHosts.follow), not on the fetch list
+    source_fp: int | None = None      # in_round: url_fp of the page it was found on
 
 
 @dataclass(slots=True)
@@ -56,6 +63,8 @@ class HostState:
     next_allowed_at: float | None = None    # earliest time of the next request (survives rounds)
     consecutive_failures: int = 0
     ip: str | None = None                   # last address connected to
+    follow_cap: int | None = None           # most URLs of the host this round, fetch list + followed (None: none followed)
+    known: "KnownUrls | None" = None        # url_fps the crawl DB knows on the host (None: none followed)
 
 
 @dataclass(slots=True)
@@ -106,6 +115,10 @@ class FetchResult:
     t_first_byte_ms: float | None = None
     t_total_ms: float | None = None
     politeness_wait_ms: float | None = None  # time this URL waited for its host to be allowed
+    in_round: bool = False               # the URL was followed inside the round, not on the fetch list
+    depth: int | None = None             # in_round: its depth (parent's + 1)
+    score: float | None = None           # in_round: its score (as update gives a new URL)
+    source_fp: int | None = None         # in_round: url_fp of the page it was found on
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,6 +14,11 @@ Guarantees:
   every task runs with ``retried=True``, waiting one host delay before its
   first request to each host, so the hosts the dead run was fetching get no
   burst. A task retried by Spark (``attemptNumber() > 0``) does the same.
+- **Links followed inside the round** (``fetch.follow_in_round``): each host row
+  carries the host's cap for the round (:func:`jobs.generate.host_cap`, the cap
+  generate applied) and the url_fps the crawl DB knows on it, so the task follows
+  links to its own hosts without fetching a known URL (``crawl_udfs.host_runs``);
+  their rows come back ``in_round`` with depth, score and source for update.
 - **One host, one task.** The input is the round's fetch list plus the
   ``hosts`` rows of its hosts, repartitioned by the fetch-list ``partition``
   column into ``n_partitions`` tasks, so a task sees all rows of its hosts
@@ -36,10 +41,11 @@ from functools import partial
 from typing import Any, Iterable, Iterator
 
 from crawl_udfs.config import Config
+from crawl_udfs.known_urls import KnownUrls
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
 from crawl_udfs.url_normalize import host_of
-from jobs import common, faults, ledger, warc_staging
+from jobs import common, faults, generate, ledger, warc_staging
 from schemas import counters
 from schemas.tables import FETCH_OUTPUT
 
@@ -49,6 +55,9 @@ ITEM_COLUMNS = ("url", "url_fp", "depth", "score", "redirect_hops", "etag", "las
 HOST_COLUMNS = ("robots_status", "robots_body", "robots_fetched_at", "robots_expires_at", "next_allowed_at",
                 "consecutive_failures", "ip")
 _EPOCH_COLUMNS = ("prev_fetch_time", "robots_fetched_at", "robots_expires_at", "next_allowed_at")
+#: Columns of host rows for in-round following (null when it is off): the host's cap and known url_fps.
+FOLLOW_COLUMNS = ("follow_cap", "known_fps")
+FOLLOW_TYPES = {"follow_cap": "int", "known_fps": "array<bigint>"}
 
 
 # -- the pure transform ---------------------------------------------------------------------------
@@ -69,9 +78,14 @@ def partition_keys(spark, n: int):
             .groupBy("partition").agg(F.min("_key").alias("_key")))
 
 
-def fetch_input(fetch_list, hosts, n_partitions: int):
+def fetch_input(fetch_list, hosts, n_partitions: int, *, crawldb=None, follow_cap=None):
     """The round's fetch-list rows (kind "item") and their hosts' rows (kind "host", with the
-    partition of their URLs), one task per fetch partition. Timestamps become epoch seconds."""
+    partition of their URLs), one task per fetch partition. Timestamps become epoch seconds.
+
+    With ``crawldb`` and ``follow_cap`` (a Column over ``hosts`` columns: the host's URLs in the
+    round at most, :func:`jobs.generate.host_cap`), each host row also carries ``follow_cap`` and
+    ``known_fps``, the url_fps of all its crawl-DB rows (an exact set, ``crawl_udfs.known_urls``),
+    so the task may follow links to the host inside the round; without them it follows none."""
     from pyspark.sql import functions as F
 
     def epoch(c):
@@ -79,15 +93,27 @@ def fetch_input(fetch_list, hosts, n_partitions: int):
 
     item_cols = [epoch(c) if c in _EPOCH_COLUMNS else F.col(c) for c in ITEM_COLUMNS]
     host_types = dict((f.name, f.dataType) for f in hosts.schema.fields)
+    host_types.update(FOLLOW_TYPES)
     items = fetch_list.select(
         F.lit("item").alias("kind"), F.col("partition").cast("int").alias("partition"), "host", *item_cols,
-        *[F.lit(None).cast("double" if c in _EPOCH_COLUMNS else host_types[c]).alias(c) for c in HOST_COLUMNS])
+        *[F.lit(None).cast("double" if c in _EPOCH_COLUMNS else host_types[c]).alias(c)
+          for c in HOST_COLUMNS + FOLLOW_COLUMNS])
     item_types = dict((f.name, f.dataType) for f in items.schema.fields)
     host_part = fetch_list.select("host", F.col("partition").cast("int").alias("partition")).distinct()
-    host_rows = hosts.join(host_part, "host").select(
+    host_rows = hosts.join(host_part, "host")
+    if crawldb is None or follow_cap is None:
+        follow = [F.lit(None).cast(FOLLOW_TYPES[c]).alias(c) for c in FOLLOW_COLUMNS]
+    else:
+        known = (crawldb.select("host", "url_fp").join(F.broadcast(host_part.select("host").distinct()), "host",
+                                                       "left_semi")
+                 .groupBy("host").agg(F.collect_list("url_fp").alias("known_fps")))
+        host_rows = host_rows.join(known, "host", "left")
+        follow = [follow_cap.cast(FOLLOW_TYPES["follow_cap"]).alias("follow_cap"),
+                  F.coalesce(F.col("known_fps"), F.array().cast(FOLLOW_TYPES["known_fps"])).alias("known_fps")]
+    host_rows = host_rows.select(
         F.lit("host").alias("kind"), "partition", "host",
         *[F.lit(None).cast(item_types[c]).alias(c) for c in ITEM_COLUMNS],
-        *[epoch(c) if c in _EPOCH_COLUMNS else F.col(c) for c in HOST_COLUMNS])
+        *[epoch(c) if c in _EPOCH_COLUMNS else F.col(c) for c in HOST_COLUMNS], *follow)
     keys = F.broadcast(partition_keys(fetch_list.sparkSession, n_partitions))
     both = items.unionByName(host_rows).join(keys, "partition", "left")
     return both.repartition(n_partitions, F.coalesce("_key", "partition")).drop("_key")
@@ -142,7 +168,10 @@ def read_batches(batches: Iterable) -> tuple[list[FetchItem], list[HostState], d
             if row["kind"] == "item":
                 items.append(FetchItem(host=row["host"], **{c: row[c] for c in ITEM_COLUMNS}))
             else:
-                hosts.append(HostState(host=row["host"], **{c: row[c] for c in HOST_COLUMNS}))
+                known = row.get("known_fps")
+                hosts.append(HostState(host=row["host"], **{c: row[c] for c in HOST_COLUMNS},
+                                       follow_cap=row.get("follow_cap"),
+                                       known=None if known is None else KnownUrls(known)))
     return items, hosts, part_of
 
 
@@ -207,7 +236,8 @@ def round_counts(spark, conf: Config, round_no: int) -> dict[str, int]:
         return F.coalesce(F.sum(F.when(cond, value)), F.lit(0)).cast("long")
 
     aggs = [total(page & (F.col("outcome") == o.value)).alias(f"fetched_{o.value}") for o in Outcome]
-    aggs += [total(page).alias("pages"), total(host).alias("hosts"),
+    aggs += [total(page).alias("pages"), total(page & F.coalesce(F.col("in_round"), F.lit(False))).alias(
+        "in_round_pages"), total(host).alias("hosts"),
              total(host, F.col("requests")).alias("requests"),
              total(host, F.col("robots_requests")).alias("robots_requests"),
              total(host, F.col("bytes_received")).alias("bytes"),
@@ -262,8 +292,13 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
 
     fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
     hosts = common.read(spark, conf, "hosts")
+    follow = {}
+    if conf.fetch.follow_in_round:  # the crawl DB as generate left it: what update will read as known
+        follow = {"crawldb": common.read(spark, conf, "crawldb"), "follow_cap": generate.host_cap(
+            max_per_host=generate.max_urls_per_host(conf), max_pages_per_host=conf.budget.max_pages_per_host,
+            delay_window_s=generate.delay_window_s(conf))}
     task = FetchTask(conf, n, common.warc_root(conf), retried=retried)
-    out = fetch_input(fetch_list, hosts, n_partitions).mapInArrow(task, FETCH_OUTPUT)
+    out = fetch_input(fetch_list, hosts, n_partitions, **follow).mapInArrow(task, FETCH_OUTPUT)
     key, old = "spark.sql.execution.arrow.maxRecordsPerBatch", spark.conf.get(
         "spark.sql.execution.arrow.maxRecordsPerBatch", None)
     spark.conf.set(key, str(conf.fetch.arrow_batch_rows))

@@ -102,6 +102,21 @@ def fetch_partitions(spark, conf: Config) -> int:
     return n or max(1, spark.sparkContext.defaultParallelism)
 
 
+def host_cap(*, max_per_host: int, max_pages_per_host: int, delay_window_s: float | None):
+    """A host's URLs in one round at most, as a Column over its ``hosts`` columns (see :func:`select_due`):
+    its remaining page budget, ``max_per_host`` or its trap-throttled ``round_cap`` below it and, with a
+    ``delay_window_s``, floor(window / its delay). The fetch task's in-round following keeps each
+    host's fetch list plus followed URLs within it (``jobs/fetch.fetch_input``)."""
+    from pyspark.sql import functions as F
+
+    caps = [F.lit(int(max_pages_per_host)) - F.coalesce(F.col("pages_fetched"), F.lit(0)),
+            F.least(F.col("round_cap"), F.lit(int(max_per_host)))]  # least skips a null round_cap
+    if delay_window_s is not None:  # greatest/least skip nulls: a host with no known delay keeps max_per_host
+        delay = F.greatest(F.col("delay_s"), F.col("crawl_delay_s"), F.lit(0.001))
+        caps.append(F.greatest(F.floor(F.lit(float(delay_window_s)) / delay), F.lit(1)))
+    return F.least(*caps)
+
+
 def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_share: float,
                n_partitions: int, max_pages_per_host: int, max_bytes_per_host: int,
                delay_window_s: float | None):
@@ -132,12 +147,8 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
                    F.col("warc_fetch_time").alias("prev_fetch_time"), "url"))
     host_info = hosts.select("host", "ip", "parked_until", "pages_fetched", "bytes_fetched", "round_cap",
                              "delay_s", "crawl_delay_s")
-    caps = [F.lit(int(max_pages_per_host)) - F.coalesce(F.col("pages_fetched"), F.lit(0)),
-            F.coalesce(F.col("round_cap"), F.lit(max_per_host))]
-    if delay_window_s is not None:  # greatest/least skip nulls: a host with no known delay keeps max_per_host
-        delay = F.greatest(F.col("delay_s"), F.col("crawl_delay_s"), F.lit(0.001))
-        caps.append(F.greatest(F.floor(F.lit(float(delay_window_s)) / delay), F.lit(1)))
-    remaining = F.least(*caps)
+    remaining = host_cap(max_per_host=max_per_host, max_pages_per_host=max_pages_per_host,
+                         delay_window_s=delay_window_s)
     allowed = (due.join(host_info, "host", "left")
                .where(F.col("parked_until").isNull() | (F.col("parked_until") <= now_lit))
                .where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))

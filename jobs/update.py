@@ -4,8 +4,13 @@ Only this verb changes ``crawldb`` (besides inject's insert-if-absent), and only
 by MERGE. Round N is updated when the ledger says ``fetched``; ``updated``
 returns ``{"skipped": True}``; ``generated``/``fetching`` is refused.
 
-Inputs: round N's ``fetch_output`` (one ``page`` row per fetch-list URL, one
-``host`` row per host) and ``fetch_list`` (the parents' depth, score, hops).
+Inputs: round N's ``fetch_output`` (one ``page`` row per fetch-list URL, one per
+URL followed inside the round and tried, flagged ``in_round`` with its depth,
+score and source, one ``host`` row per host) and ``fetch_list`` (the parents'
+depth, score, hops). An ``in_round`` URL is absent from ``crawldb``: it goes
+through the table below as a fetch-list URL would, inserted (first_seen,
+discovered_round = N, source_fp = its parent) with its outcome's status; as an
+outlink of its parent it is also a new URL, and the fetched row wins.
 Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms.py`` (hosts, traps, budgets). Outputs, in this order:
 
 1. ONE MERGE into ``crawldb`` on ``url_fp``; source = updated rows ∪ new URLs ∪
@@ -187,7 +192,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     pass ``DataFrame.persist``): without it every use recomputes its whole lineage.
     """
     park = conf.politeness.failure_park_duration_s
-    prepared = keep(T.prepare(fetch_output, fetch_list, crawldb))
+    prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), crawldb))
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
     updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))

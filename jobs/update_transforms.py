@@ -6,6 +6,7 @@ table these functions implement is in the docstring of ``jobs/update.py``.
 
 Pipeline (each step a function, each tested on small DataFrames):
 
+    with_followed(fetch_list, pages)            the fetch list + the URLs followed inside the round
     prepare(pages, fetch_list, crawldb)         page rows + the URL's crawl-DB row (``o_*``)
     transition(prepared, host_next, ...)        one new crawl-DB row per page row
     mark_duplicates(updated, crawldb, ...)      exact duplicates by payload digest
@@ -58,6 +59,18 @@ def touching(big: DataFrame, small: DataFrame, key: str) -> DataFrame:
 
 
 # -- 1. the URL's page row beside its crawl-DB row ----------------------------------------
+def with_followed(fetch_list: DataFrame, pages: DataFrame) -> DataFrame:
+    """The fetch list's ``url_fp``/``depth``/``score``/``redirect_hops``, plus one such row per URL a
+    fetch task followed inside the round (an ``in_round`` page row: the depth and score the task gave
+    it, as :func:`discover` would, no redirect hops), so :func:`prepare` and :func:`transition` make
+    it the crawl-DB row a generated URL with that outcome would get, and its links inherit from it."""
+    cols = ("url_fp", "depth", "score", "redirect_hops")
+    followed = (pages.where((F.col("kind") == "page") & F.coalesce(F.col("in_round"), F.lit(False)))
+                .select("url_fp", "depth", "score", F.lit(0).alias("redirect_hops")))
+    listed = fetch_list.select(*cols)
+    return listed.unionByName(followed.select([F.col(c).cast(listed.schema[c].dataType) for c in cols]))
+
+
 def prepare(pages: DataFrame, fetch_list: DataFrame, crawldb: DataFrame) -> DataFrame:
     """Page rows of one round, with ``_list_depth``/``_list_score``/``_list_hops`` from the
     fetch list and the URL's crawl-DB row as ``o_<column>`` (null when absent), and ``_cat``."""
@@ -167,7 +180,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         "dup_of": F.when(keep, o("dup_of")),
         "discovered_round": F.coalesce(o("discovered_round"), F.lit(int(round_no))),
         "updated_round": F.lit(int(round_no)),
-        "source_fp": o("source_fp"),
+        "source_fp": F.coalesce(o("source_fp"), F.col("source_fp")),  # the page row's: set when in_round
         "digest": on(ok, F.col("digest"), "digest"),
         "content_type": on(ok, F.col("content_type"), "content_type"),
         "etag": F.when(ok, F.col("etag")).when(cat == "not_modified", F.coalesce(F.col("etag"), o("etag")))

@@ -228,6 +228,11 @@ FETCH_OUTPUT = StructType([
     _f("bytes_received", LongType(), True, ""),
     _f("robots_body", BinaryType(), True, ""),
     _f("delay_s", DoubleType(), True, "the host's seconds per request when the task ended (TaskHosts.host_result)"),
+    # page rows of URLs followed inside the round (fetch.follow_in_round); last, so `init` appends them to old tables
+    _f("in_round", BooleanType(), True, "the URL was followed inside the round, not on the fetch list"),
+    _f("depth", IntegerType(), True, "in_round rows: depth (parent's + 1), for update's insert"),
+    _f("score", DoubleType(), True, "in_round rows: score (parent's x scope.score_decay / its followed links)"),
+    _f("source_fp", LongType(), True, "in_round rows: url_fp of the page the URL was found on"),
 ])
 
 

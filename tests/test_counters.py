@@ -69,3 +69,4 @@ def test_a_round_writes_exactly_the_declared_counters(spark, tmp_path):
     for f in FAMILIES:                                                # and every family by some member
         assert counters.family(written, f.prefix), f.prefix
     assert written["generated"] > 0 and written["fetched_ok"] > 0 and written["new_urls"] > 0
+    assert written["in_round_pages"] > 0  # links were followed inside the round (fetch.follow_in_round, on)

@@ -81,7 +81,8 @@ def _sent(page_rows) -> int:
 def fetched(spark, tmp_path_factory):
     d = tmp_path_factory.mktemp("fetchjob")
     with TestWeb(d / "web", n_hosts=20, seed=21, kinds=["site"]) as web:
-        conf = _conf(d / "crawl", web)
+        # one row per fetch-list URL is what this round pins: links are not followed inside it (tests/test_follow.py)
+        conf = _conf(d / "crawl", web, "fetch.follow_in_round=false")
         common.ensure_tables(spark, conf)
         sites = web.plan.by_kind("site")
         urls = [h.url("/") for h in sites]
@@ -232,6 +233,31 @@ def test_fetch_input_unions_items_and_their_hosts_one_partition_per_task(spark):
     epoch = t0.replace(tzinfo=dt.timezone.utc).timestamp()
     assert host_rows[0].next_allowed_at == pytest.approx(epoch) and host_rows[0].url is None
     assert all(r.prev_fetch_time == pytest.approx(epoch) and r.robots_status is None for r in items)
+
+
+def test_fetch_input_gives_each_host_its_known_set_and_its_cap_for_the_round(spark):
+    from jobs import generate
+    from schemas.tables import CRAWLDB
+
+    listed = [f"http://h{i}.test/p0" for i in range(3)]
+    known = {"h0.test": [f"http://h0.test/k{j}" for j in range(4)] + listed[:1], "h1.test": listed[1:2],
+             "other.test": ["http://other.test/x"]}
+    crawldb = spark.createDataFrame([(fingerprint(u), h) for h, us in known.items() for u in us],
+                                    "url_fp long, host string")
+    fl = spark.createDataFrame(_list_rows(listed, 2), FETCH_LIST)
+    hosts = spark.createDataFrame([_host_row("h0.test", pages_fetched=7), _host_row("h1.test", round_cap=3),
+                                   _host_row("h2.test")], HOSTS)
+    cap = generate.host_cap(max_per_host=40, max_pages_per_host=10, delay_window_s=None)
+    batches = fetch.fetch_input(fl, hosts, 2, crawldb=crawldb, follow_cap=cap).toArrow().to_batches()
+    items, states, _ = fetch.read_batches(batches)
+    by_host = {h.host: h for h in states}
+    assert (by_host["h0.test"].follow_cap, by_host["h1.test"].follow_cap, by_host["h2.test"].follow_cap) == (3, 3, 10)
+    assert all(fingerprint(u) in by_host["h0.test"].known for u in known["h0.test"])
+    assert len(by_host["h0.test"].known) == 5 and fingerprint("http://other.test/x") not in by_host["h0.test"].known
+    assert len(by_host["h2.test"].known) == 0 and all(not i.in_round for i in items)
+    # without a crawl DB (fetch.follow_in_round = false) no host can be followed
+    _, plain, _ = fetch.read_batches(fetch.fetch_input(fl, hosts, 2).toArrow().to_batches())
+    assert all(h.known is None and h.follow_cap is None for h in plain)
 
 
 def test_output_batch_matches_the_table_schema(spark):

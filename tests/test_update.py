@@ -375,6 +375,34 @@ def test_byte_budget_marks_with_the_reason(spark):
     assert calm + "left" not in src and src[big + "p"][1] == "fetched"
 
 
+def test_a_url_followed_in_round_is_inserted_as_if_generated_and_fetched(spark):
+    """An in_round page row becomes the crawl-DB row a generated URL with its outcome would get (depth,
+    score, first_seen, source, fetch_log, links), and wins over the same URL as its parent's new outlink."""
+    from jobs import update
+    par, kid, grand = "http://f.test/", "http://f.test/kid", "http://f.test/kid/grand"
+    kid_score = 0.8 * 0.5 / 2  # parent score x score_decay / the parent's followed links
+    pages = [page(par, "ok", status_code=200, digest="sha1:P", outlinks=[link(kid), link(par + "other")]),
+             page(kid, "ok", status_code=200, digest="sha1:K", outlinks=[link(grand)], in_round=True, depth=1,
+                  score=kid_score, source_fp=fingerprint(par))]
+    conf = config.load(overrides=["scope.score_decay=0.5"])
+    p = update.plan(frame(spark, [old(par, score=0.8)], CRAWLDB), no_hosts(spark), frame(spark, pages, FETCH_OUTPUT),
+                    frame(spark, [listed(par, score=0.8)], FETCH_LIST), conf, round_no=3, now=NOW,
+                    keep=lambda d: d.persist())
+    src = by_url(p.crawldb_source)
+    k = src[kid]
+    assert (k["_kind"], k["status"], k["fetch_count"], k["digest"]) == ("update", "fetched", 1, "sha1:K")
+    assert (k["depth"], k["score"], k["source_fp"]) == (1, kid_score, fingerprint(par))
+    assert (k["first_seen"], k["discovered_round"], k["last_fetch_time"]) == (NOW, 3, T0)
+    # the same score and depth update would give it as a new outlink (the sibling shows it)
+    assert (src[par + "other"]["score"], src[par + "other"]["depth"]) == (kid_score, 1)
+    # its own links inherit from it as from any fetched page
+    g = src[grand]
+    assert (g["_kind"], g["status"], g["depth"], g["score"], g["source_fp"]) == (
+        "new", "unfetched", 2, kid_score * 0.5, fingerprint(kid))
+    assert {r.url_fp for r in p.fetch_log.collect()} == {fingerprint(par), fingerprint(kid)}
+    assert {(r.src_fp, r.dst_fp) for r in p.links.collect()} >= {(fingerprint(kid), fingerprint(grand))}
+
+
 # -- trap detection --------------------------------------------------------------------------------------
 SIG_SCHEMA = "host string, url_fp long, status string, simhash long, _first boolean"
 BASE_SIM = 0x0F0F_3C3C_5A5A_9999
