@@ -40,7 +40,7 @@ tokens are UTF-8 ``bytes`` (what is hashed): the text's bytes, every ASCII
 non-word byte turned into a space by one ``bytes.translate``, split on spaces
 (a third of ``findall``'s time); a piece holding non-ASCII bytes is decoded and
 split by the ``str`` rule (:func:`words`), so the tokens are exactly
-:func:`words`' tokens, encoded (``\w`` is ``str.isalnum`` or ``_`` for every
+:func:`words`' tokens, encoded (``\\w`` is ``str.isalnum`` or ``_`` for every
 code point, and the separators cut no token). All-digit words are swapped by a
 ``dict.get`` map; shingles are joined and hashed by ``map`` chains of C
 functions feeding ``numpy.fromiter``; the per-bit sums run over a numpy (shingles x 64) bit
