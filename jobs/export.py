@@ -294,17 +294,11 @@ def _write_index(spark, rows, path: str, crawl_id: str) -> None:
     keys), so ``partitionBy("crawl", "subset")`` re-sorted by those two alone and the files came
     out unsorted by url_surtkey (measured, Spark 4.0.1; tests/test_export.py checks the order).
     """
-    key = "spark.sql.parquet.outputTimestampType"
-    old = spark.conf.get(key, None)
-    spark.conf.set(key, "TIMESTAMP_MILLIS")
-    try:
+    from jobs.common import session_conf
+
+    with session_conf(spark, {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS"}):
         target = f"{path}/crawl={crawl_id}"
         rows.drop("crawl").write.mode("overwrite").partitionBy("subset").parquet(target)
-    finally:
-        if old is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, old)
 
 
 # -- the job -----------------------------------------------------------------------------------------

@@ -299,14 +299,7 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
             delay_window_s=generate.delay_window_s(conf))}
     task = FetchTask(conf, n, common.warc_root(conf), retried=retried)
     out = fetch_input(fetch_list, hosts, n_partitions, **follow).mapInArrow(task, FETCH_OUTPUT)
-    key, old = "spark.sql.execution.arrow.maxRecordsPerBatch", spark.conf.get(
-        "spark.sql.execution.arrow.maxRecordsPerBatch", None)
-    spark.conf.set(key, str(conf.fetch.arrow_batch_rows))
-    try:
+    batch_rows = {"spark.sql.execution.arrow.maxRecordsPerBatch": str(conf.fetch.arrow_batch_rows)}
+    with common.session_conf(spark, batch_rows):
         (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
          .save(common.table_path(conf, "fetch_output")))
-    finally:
-        if old is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, old)
