@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.fetch_bench import _proc_cpu_s, _read_hosts_file
-from bench.vs_judge import Verdict, judge, table
+from bench.vs_judge import Verdict, content_pages, judge, polite_bound, table
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -187,7 +187,7 @@ def measure(name: str, args, v: Variant, tmp: Path, details: list[str]) -> Verdi
 
     work = tmp / name
     work.mkdir()
-    with TestWeb(work / "web", n_hosts=v.hosts, seed=args.seed, kinds=v.kinds) as web:
+    with TestWeb(work / "web", n_hosts=v.hosts, seed=args.seed, kinds=v.kinds, knobs={"warm": True}) as web:
         cpu0 = _proc_cpu_s(web.proc.pid)
         if name == "deltacrawl":
             t0, code, sets = run_deltacrawl(args, web, v, work)
@@ -233,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         verdicts.append(measure(name, args, v, tmp, details))
         loads.append(load())
-    print(report(args, v, verdicts, loads, details, time.time() - started, tmp))
+    from tests.testweb.sites import build_plan
+
+    at = verdicts[0].at
+    plan = build_plan(v.hosts, args.seed, 0, v.kinds)
+    pages = content_pages(plan) if v.delay_s > 0 else {}
+    bound = [polite_bound(plan, pages, a, v.delay_s) for a in at]
+    print(report(args, v, verdicts, loads, details, time.time() - started, tmp, bound))
     if not args.keep:
         import shutil
 
@@ -242,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(args, v: Variant, verdicts: list[Verdict], loads: list[str], details: list[str], total_s: float,
-           tmp: Path) -> str:
+           tmp: Path, bound: list[int | None]) -> str:
     sets = " ".join([f"politeness.host_delay_s={v.delay_s}", *v.overrides, *args.set])
     kinds = "every kind (sites, robots variants, traps, duplicates, hostile, ssrf)" if v.kinds is None else ",".join(v.kinds)
     lines = [
@@ -255,11 +261,15 @@ def report(args, v: Variant, verdicts: list[Verdict], loads: list[str], details:
         "whose first response ended by t0+t, over t; t0 = launch of the crawler's process (start-up inside); "
         "duty = share of [t0, t0+T] with >= 1 request in flight; server cpu = the test web's CPU seconds "
         "over the run / T (near 1.0: the one-process server, not the crawler, was the limit); violations judged at "
-        f"host delay {v.delay_s:g} s + robots Crawl-delay, per-address cap {args.max_in_flight_per_ip}",
+        f"host delay {v.delay_s:g} s + robots Crawl-delay, per-address cap {args.max_in_flight_per_ip}; "
+        "polite bound = the most distinct content pages a crawler keeping the delay and robots.txt could "
+        "have by t with no start-up and instant answers (bench/vs_judge.py)"
+        + ("" if bound[0] is not None else " (none at host delay 0: only the CPU bounds)"),
+        "the test web is warm: every site built before it reports ready (Knobs.warm)",
         "load: " + " | ".join(f"{p} {l}" for p, l in zip(["before"] + [f"after {x.name}" for x in verdicts], loads))
         + f" ({os.cpu_count()} cores)",
         "",
-        table(verdicts),
+        table(verdicts, bound),
         "",
         *details,
         f"total {total_s:.0f} s" + (f"; work directory kept: {tmp}" if args.keep else ""),

@@ -11,6 +11,10 @@ Definitions (every figure comes from the server's log, never from the crawler's 
   JVM included, is inside t);
 - *duty cycle* over [t0, t0 + T] = the share of that window with at least one request of the crawler
   in flight at the server (the union of the logged [start, end] intervals, clipped to the window);
+- the *polite bound* at t (:func:`polite_bound`) = the most distinct content pages any crawler keeping
+  the host delay and robots.txt could have by ``t0 + t``, even with no start-up, no CPU and answers
+  that take no time: per host robots.txt at t0, then one page per delay, up to the host's content
+  pages reachable from its home page; a crawler above it broke a rule;
 - *violations* = :func:`tests.testweb.analysis.analyze` of the requests that started inside the
   window, judged by the host delay and per-address cap deltacrawl is configured with (Crawl-delay
   from the plan's robots.txt, traps from the plan).
@@ -64,6 +68,32 @@ def duty_cycle(lines: list[dict], t0: float, window_s: float) -> float:
     return busy / window_s
 
 
+def content_pages(plan: Plan) -> dict[str, int | None]:
+    """Per host, the content pages a polite crawler reaches from its home page (same-host links that
+    robots.txt allows: ``HostPlan.reachable``); None for a host without end (the traps)."""
+    out: dict[str, int | None] = {}
+    for h in plan.hosts.values():
+        if h.infinite:
+            out[h.name] = None
+            continue
+        paths = [url[len(h.base_url):] for url in h.reachable()]  # its home page even when disallowed
+        urls = {content_url(plan, {"status": 200, "host": h.name, "path": p}) for p in paths if h.allowed(p)}
+        out[h.name] = len(urls - {None})
+    return out
+
+
+def polite_bound(plan: Plan, pages: dict[str, int | None], at_s: float, host_delay_s: float) -> int | None:
+    """The polite bound at ``at_s`` (module docstring); None when the host delay is 0 (only the CPU bounds)."""
+    if host_delay_s <= 0:
+        return None
+    total = 0
+    for name, n in pages.items():
+        delay = max(host_delay_s, plan.hosts[name].crawl_delay or 0.0)
+        k = int(at_s // delay)  # requests at 0 (robots.txt), delay, 2 x delay, ... <= at_s
+        total += k if n is None else min(n, k)
+    return total
+
+
 @dataclass
 class Verdict:
     name: str
@@ -101,15 +131,23 @@ def judge(name: str, plan: Plan, lines: list[dict], t0: float, window_s: float, 
 VIOLATION_COLUMNS = ["too close", "overlap", "crowded addr", "robots", "Retry-After", "bait"]
 
 
-def table(verdicts: list[Verdict]) -> str:
-    """A plain-text table of the verdicts (same ``at`` for all), then the ratio of the first to the last."""
+def table(verdicts: list[Verdict], bound: list[int | None] | None = None) -> str:
+    """A plain-text table of the verdicts (same ``at`` for all), then the ratio of the first to the last;
+    ``bound``: the polite bound (pages) at each ``at``, as a last row and a ratio line."""
     at = verdicts[0].at
     head = ["crawler"] + [f"pages/s @{a:g}s" for a in at] + ["pages", "requests", "duty", "server cpu"] + VIOLATION_COLUMNS
     rows = [head] + [v.row() for v in verdicts]
+    if bound and all(b is not None for b in bound):
+        rows.append(["polite bound"] + [f"{b / a:.1f}" for b, a in zip(bound, at)] + [str(bound[-1])]
+                    + [""] * (len(head) - len(at) - 2))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     out = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     if len(verdicts) == 2 and all(verdicts[1].rates):
         a, b = verdicts
         out.append(f"ratio {a.name}/{b.name}: " + ", ".join(
             f"{x / y:.2f}x @{t:g}s" for x, y, t in zip(a.rates, b.rates, at)))
+    if bound and all(b is not None for b in bound):
+        for v in verdicts:
+            out.append(f"share of the polite bound, {v.name}: " + ", ".join(
+                f"{r * t / b:.2f} @{t:g}s" for r, b, t in zip(v.rates, bound, at)))
     return "\n".join(out)

@@ -66,3 +66,32 @@ def test_judge_counts_only_requests_started_inside_the_window(plan):
     v = vs_judge.judge("x", plan, lines, T0, 60, (60,), host_delay_s=1.0, max_in_flight_per_addr=2)
     assert (v.requests, v.pages, len(v.violations.too_close)) == (2, 2, 1)
     assert v.rates == (pytest.approx(2 / 60),)
+
+
+def test_polite_bound_is_one_page_per_delay_up_to_each_hosts_reachable_pages(plan):
+    pages = vs_judge.content_pages(plan)
+    site = next(h for h in plan.by_kind("site") if h.size >= 10 and not h.crawl_delay)
+    slow = next(h for h in plan.hosts.values() if (h.crawl_delay or 0) > 1 and pages[h.name])
+    assert 1 <= pages[site.name] <= site.size                           # its HTML pages (not its PDFs, CSVs)
+    assert pages["trap-calendar.test"] is None                          # no end: a page per delay
+    assert pages["robots-disallow-all.test"] == pages["robots-5xx.test"] == 0   # not even the home page
+    assert pages["robots-allow-all.test"] > 0
+    one = {site.name: pages[site.name]}
+    assert vs_judge.polite_bound(plan, one, 5.0, 1.0) == 5             # robots.txt at 0, pages at 1..5
+    assert vs_judge.polite_bound(plan, one, 5.0, 2.0) == 2
+    assert vs_judge.polite_bound(plan, one, 10_000.0, 1.0) == pages[site.name]
+    delay = slow.crawl_delay                                           # Crawl-delay above the host delay wins
+    assert vs_judge.polite_bound(plan, {slow.name: 10_000}, 10 * delay, 1.0) == 10
+    assert vs_judge.polite_bound(plan, pages, 60.0, 0.0) is None       # delay 0: only the CPU bounds
+
+
+def test_a_log_that_keeps_the_delay_never_beats_the_polite_bound(plan):
+    pages = vs_judge.content_pages(plan)
+    h = next(h for h in plan.by_kind("site") if h.size >= 20 and not h.crawl_delay)
+    urls = [u for u in h.reachable() if vs_judge.content_url(plan, rec(h.name, u[len(h.base_url):], 0, 0))]
+    polite = [rec(h.name, u[len(h.base_url):], T0 + 1.0 * (i + 1), T0 + 1.0 * (i + 1) + 0.01) for i, u in enumerate(urls)]
+    bound = vs_judge.polite_bound(plan, {h.name: pages[h.name]}, 10.0, 1.0)
+    ends = vs_judge.first_content_ends(plan, polite)
+    assert vs_judge.pages_per_s(ends, T0, 10.0) * 10.0 <= bound
+    hasty = [rec(h.name, u[len(h.base_url):], T0 + 0.3 * (i + 1), T0 + 0.3 * (i + 1) + 0.01) for i, u in enumerate(urls)]
+    assert vs_judge.pages_per_s(vs_judge.first_content_ends(plan, hasty), T0, 10.0) * 10.0 > bound

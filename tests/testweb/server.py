@@ -570,6 +570,9 @@ async def serve(n_hosts: int, seed: int, out_dir: Path, port: int | None = None,
     log_path = log_path or out_dir / "requests.jsonl"
     cache_dir = cache_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "deltacrawl-testweb-cache"
     srv = TestWebServer(plan, log_path, cache_dir)
+    if knobs.warm:
+        for h in plan.hosts.values():
+            h.pages  # noqa: B018 - the cached property builds the site now, not on its first request
     _quiet_gc()
     loop = asyncio.get_running_loop()
     if "hostile-bombs.test" in plan.hosts:  # built in a thread so start-up does not wait (cached on disk)
