@@ -200,6 +200,9 @@ def measure(name: str, args, v: Variant, tmp: Path, details: list[str]) -> Verdi
         time.sleep(0.5)  # the server logs an aborted exchange when it notices the closed connection
         server_cpu = (_proc_cpu_s(web.proc.pid) or 0.0) - (cpu0 or 0.0)
         lines = web.log()
+    first = min((r["start"] for r in lines if r["start"] >= t0), default=None)
+    details.append(f"{name}: first request at " + ("never" if first is None else f"{first - t0:.1f} s")
+                   + " after launch (server's log)")
     at = tuple(a for a in AT_S if a < args.seconds) + (args.seconds,)
     verdict = judge(name, web.plan, lines, t0, args.seconds, at,
                     v.delay_s, args.max_in_flight_per_ip)

@@ -106,7 +106,6 @@ def _run(spark, conf, args) -> int:
         changed = common.ensure_tables(spark, conf)
         print("\n".join(changed) if changed else "tables up to date", f"under {common.root(conf)}")
         return 0
-    common.register_tables(spark, conf)
     if args.command == "inject":
         from jobs import inject
         _print_counts("inject", inject.run(spark, conf, args.sources, boost=args.boost))
@@ -128,6 +127,7 @@ def _run(spark, conf, args) -> int:
         from jobs import export
         _print_counts("export", export.run(spark, conf, args.out))
     elif args.command == "sql":
+        common.register_tables(spark, conf)  # the names are for the query; every verb reads tables by path
         _sql(spark, args.query, args.format, args.limit)
     elif args.command == "status":
         from jobs import status

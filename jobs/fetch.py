@@ -271,8 +271,10 @@ def run(spark, conf: Config, *, round_no: int | None = None, row: dict | None = 
         n, row = st.round, st.row
         if st.action == "skip":
             return {"round": n, "state": row["state"], "skipped": True, **(row.get("counts") or {}), "row": row}
-        committed = common.read(spark, conf, "fetch_output").where(f"round = {n}").limit(1).count() > 0
         resumed = st.action == "resume"
+        # Rows of round N exist only if a fetch of it wrote them, and fetch moves the ledger to
+        # ``fetching`` first: a round still ``generated`` has none (no query, no Delta snapshot).
+        committed = resumed and common.read(spark, conf, "fetch_output").where(f"round = {n}").limit(1).count() > 0
         if not committed:
             if not resumed:
                 row = ledger.set_state(spark, conf, n, "fetching", old=row)

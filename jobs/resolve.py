@@ -18,9 +18,13 @@ What it does (called by ``jobs.generate.run`` when it opens a round, before it r
    at most ``net.dns_concurrency`` lookups in flight, and the SSRF guard
    (``net.allow_private_cidrs``), exactly as a fetch task resolves. No lookup happens in
    the driver or in a partitioner (STYLE.md rule 4).
-3. One MERGE into ``hosts``: a missing row is inserted (counters 0, ``updated_round``
-   0, so the round's update still merges into it); an existing row with ``ip`` null gets
-   the address. A host that does not resolve, or resolves only to refused addresses,
+3. The addresses written to ``hosts``: a missing row is appended (counters 0,
+   ``updated_round`` 0, so the round's update still merges into it); an existing row with
+   ``ip`` null gets the address by a MERGE, run only when there is such a row. In a first
+   round every host is new, so the write is one append (a MERGE costs a join and a
+   dozen Spark jobs more: bench/first_request.py). Only this writer holds the crawl
+   lease, so no other command appends a row for the same host meanwhile; a crash between
+   the append and the MERGE leaves the appended rows, which the rerun finds known. A host that does not resolve, or resolves only to refused addresses,
    keeps ``ip`` null (it is partitioned by name, and its fetch task finds the same
    answer and reports ``dns`` / ``ssrf_blocked`` for its URLs) and its row records why in
    ``resolve_error``; a later round tries again while its URLs are still due.
@@ -37,18 +41,23 @@ from typing import Any, Iterator
 
 from crawl_udfs.config import Config
 from jobs import common
-from schemas.tables import HOSTS
+from schemas.tables import HOSTS, TABLES
+
+HOSTS_TABLE = TABLES["hosts"]
 
 #: Columns of the task output: the host, its first guard-approved address, or why none.
 RESOLVED_COLUMNS = ("host", "ip", "resolve_error")
 
 
 def unknown_hosts(due, hosts):
-    """Distinct ``host`` of the ``due`` crawl DB rows with no ``hosts`` row or a null ``ip``."""
+    """Distinct ``host`` of the ``due`` crawl DB rows with no ``hosts`` row or a null ``ip``, and
+    ``has_row``: whether it has a ``hosts`` row (with ``ip`` null)."""
     from pyspark.sql import functions as F
 
-    known = hosts.where(F.col("ip").isNotNull()).select("host")
-    return due.select("host").distinct().join(known, "host", "left_anti")
+    rows = hosts.select("host", F.col("ip").isNotNull().alias("_has_ip"))
+    return (due.select("host").distinct().join(rows, "host", "left")
+            .where(~F.coalesce(F.col("_has_ip"), F.lit(False)))
+            .select("host", F.col("_has_ip").isNotNull().alias("has_row")))
 
 
 def new_host_rows(resolved):
@@ -61,7 +70,8 @@ def new_host_rows(resolved):
 
 
 class ResolveTask:
-    """The ``mapInArrow`` function: host names in, RESOLVED_COLUMNS rows out (pickles: two Sections)."""
+    """The ``mapInArrow`` function: :func:`unknown_hosts` rows in, RESOLVED_COLUMNS + ``has_row`` out
+    (pickles: two Sections)."""
 
     def __init__(self, conf: Config):
         self.fetch, self.net = conf.fetch, conf.net
@@ -73,35 +83,42 @@ class ResolveTask:
 
         from crawl_udfs.dns import resolve_all
 
-        names = [h for b in batches for h in b.column("host").to_pylist()]
+        names, has_row = [], []
+        for b in batches:
+            names += b.column("host").to_pylist()
+            has_row += b.column("has_row").to_pylist()
         if not names:
             return
-        rows = asyncio.run(resolve_all(names, self.fetch, self.net))
-        yield pa.RecordBatch.from_arrays([pa.array(list(c), pa.string()) for c in zip(*rows)],
-                                         names=list(RESOLVED_COLUMNS))
+        rows = asyncio.run(resolve_all(names, self.fetch, self.net))  # in the order of ``names``
+        yield pa.RecordBatch.from_arrays([pa.array(list(c), pa.string()) for c in zip(*rows)]
+                                         + [pa.array(has_row, pa.bool_())], names=[*RESOLVED_COLUMNS, "has_row"])
 
 
 def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
     """Resolve the due hosts with no address and write ``hosts.ip``. Returns the counts."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructField, StructType, StringType
+    from pyspark.sql.types import BooleanType, StructField, StructType, StringType
 
     from jobs.generate import due_urls, fetch_partitions
 
     now = now or common.now_utc()
     unknown = unknown_hosts(due_urls(common.read(spark, conf, "crawldb"), now), common.read(spark, conf, "hosts"))
-    schema = StructType([StructField(c, StringType()) for c in RESOLVED_COLUMNS])
+    schema = StructType([StructField(c, StringType()) for c in RESOLVED_COLUMNS]
+                        + [StructField("has_row", BooleanType())])
     resolved = (unknown.repartition(fetch_partitions(spark, conf))
                 .mapInArrow(ResolveTask(conf), schema)
-                .persist(StorageLevel.MEMORY_AND_DISK))  # one lookup per host: the MERGE reads its source twice
+                .persist(StorageLevel.MEMORY_AND_DISK))  # one lookup per host: the writes read it again
     try:
-        row = resolved.agg(F.count(F.lit(1)).alias("n"), F.count("ip").alias("ok")).collect()[0]
-        if row.n:
-            source = new_host_rows(resolved)
-            (common.table(spark, conf, "hosts").alias("t").merge(source.alias("s"), "t.host = s.host")
+        row = resolved.agg(F.count(F.lit(1)).alias("n"), F.count("ip").alias("ok"),
+                           F.count(F.when(F.col("has_row"), 1)).alias("old")).collect()[0]
+        if row.n > row.old:
+            new = common.conform(new_host_rows(resolved.where(~F.col("has_row"))), HOSTS_TABLE)
+            new.write.format("delta").mode("append").save(common.table_path(conf, "hosts"))
+        if row.old:
+            (common.table(spark, conf, "hosts").alias("t")
+             .merge(resolved.where(F.col("has_row")).alias("s"), "t.host = s.host")
              .whenMatchedUpdate(condition="t.ip IS NULL", set={"ip": "s.ip", "resolve_error": "s.resolve_error"})
-             .whenNotMatchedInsert(values={c: f"s.`{c}`" for c in source.columns})
              .execute())
     finally:
         resolved.unpersist()

@@ -106,3 +106,14 @@ def test_nothing_unknown_writes_nothing(spark, conf):
     commits = sorted(Path(common.table_path(conf, "hosts"), "_delta_log").glob("*.json"))
     assert resolve.run(spark, conf, now=NOW) == {"resolved_hosts": 0, "unresolved_hosts": 0}
     assert sorted(Path(common.table_path(conf, "hosts"), "_delta_log").glob("*.json")) == commits
+
+
+def test_hosts_never_seen_are_appended_without_a_merge(spark, conf):
+    """A first round (no hosts row yet) writes its addresses in one append: a MERGE costs a join and
+    a dozen Spark jobs more before the first request (bench/first_request.py)."""
+    _append(spark, conf, "crawldb", [url_row(f"http://{h}/") for h in SHARED], CRAWLDB)
+    before = common.table(spark, conf, "hosts").history().count()
+    assert resolve.run(spark, conf, now=NOW) == {"resolved_hosts": 4, "unresolved_hosts": 0}
+    ops = [r.operation for r in common.table(spark, conf, "hosts").history().orderBy("version").collect()]
+    assert ops[before:] == ["WRITE"]
+    assert {r.host: r.ip for r in common.read(spark, conf, "hosts").collect()} == dict.fromkeys(SHARED, "127.10.0.7")

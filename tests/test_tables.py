@@ -42,6 +42,20 @@ def test_init_is_idempotent_and_registers(spark, crawl_conf):
     assert rounds_props.get("delta.enableDeletionVectors") == "false"
 
 
+def test_sql_command_names_the_tables_other_verbs_do_not(spark, crawl_conf, capsys):
+    """Only ``deltacrawl sql`` registers the table names (the verbs read by path: registering
+    seven tables cost ~2-7 s before every command's first job, bench/first_request.py)."""
+    from jobs import cli
+
+    common.ensure_tables(spark, crawl_conf)
+    root = f'storage.root="{crawl_conf.storage.root}"'
+    spark.sql("DROP TABLE IF EXISTS crawldb")  # names left by other tests' sessions in this one
+    assert cli.main(["--set", root, "status"]) == 0
+    assert not spark.catalog.tableExists("crawldb")
+    assert cli.main(["--set", root, "sql", "SELECT count(*) AS n FROM crawldb", "--format", "json"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == '{"n": 0}'
+
+
 def test_ledger_state_machine(spark, crawl_conf):
     common.ensure_tables(spark, crawl_conf)
     ledger.set_state(spark, crawl_conf, 1, "generated", counts={"generated": 5}, n_partitions=2)
