@@ -621,6 +621,21 @@ def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, 
     assert got == want
 
 
+def test_frontier_size_is_the_count_after_the_merge_without_a_scan_of_its_own(spark, tmp_path):
+    """frontier_size = the pinned snapshot's eligible rows + the MERGE source's status changes: rows
+    leaving the frontier (budget_exhausted, matched or new) and rows joining it (new URLs) both move it."""
+    from jobs import common, ledger, update
+    from schemas.status import ELIGIBLE
+    conf = config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"', "spark.shuffle_partitions=4",
+                                  "budget.max_pages_per_host=3"])
+    _seed(spark, conf)
+    ledger.set_state(spark, conf, 1, "fetched")
+    result = update.run(spark, conf)
+    db = {r.url: r.status for r in common.read(spark, conf, "crawldb").collect()}
+    assert (db["http://s.test/later"], db["http://s.test/new1"]) == ("budget_exhausted", "budget_exhausted")
+    assert result["frontier_size"] == sum(s in {e.value for e in ELIGIBLE} for s in db.values()) == 6
+
+
 def test_main_reports_a_missing_crawl_in_one_line(spark, tmp_path, capsys):
     from jobs import cli
     rc = cli.main(["--set", f'storage.root="{tmp_path / "none"}"', "--set", "spark.shuffle_partitions=4",
