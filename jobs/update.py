@@ -173,6 +173,11 @@ from schemas.status import ELIGIBLE, Status
 from schemas.tables import CRAWLDB, HOSTS, TABLES
 
 _META = "spark.databricks.delta.commitInfo.userMetadata"
+#: Update's plans are joins of small staged files and one-column scans whose sizes are known when
+#: they are planned: adaptive execution would run every exchange as a Spark job of its own, to
+#: re-plan from sizes that change no decision (measured: bench/verb_cost.py, RESULTS.md "Rounds
+#: that cost seconds"). Off while update plans and writes; the explicit broadcasts stay.
+STATIC_PLANS = {"spark.sql.adaptive.enabled": "false"}
 
 
 @dataclass(frozen=True)
@@ -238,7 +243,8 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
         if row.get("crawldb_version") is None or row.get("hosts_version") is None:
             row = ledger.set_state(spark, conf, n, "fetched", old=row, crawldb_version=_version(spark, conf, "crawldb"),
                                    hosts_version=_version(spark, conf, "hosts"))
-        counts = _write(spark, conf, n, row, now)
+        with common.session_conf(spark, STATIC_PLANS):
+            counts = _write(spark, conf, n, row, now)
     seconds = {"update": timer.seconds}
     if round_started is not None:
         seconds["round"] = time.perf_counter() - round_started
