@@ -123,7 +123,7 @@ def instrument(meter: Meter) -> None:
     from jobs import generate, ledger, resolve, update
 
     for mod, names in ((ledger, ("step", "set_state")), (resolve, ("run",)),
-                       (update, ("plan", "_staged", "_counts", "_host_counts", "_merge_crawldb", "_merge_hosts",
+                       (update, ("plan", "_staged", "_merge_crawldb", "_merge_hosts",
                                  "_append", "_version", "_remove"))):
         for n in names:
             meter.wrap(mod, n, f"{mod.__name__.split('.')[-1]}.{n}")

@@ -23,7 +23,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
-from jobs.update_transforms import BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WIRE, plus_seconds, touching, ts
+from jobs.update_transforms import (BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE, plus_seconds,
+                                    touching, ts)
 from schemas.status import Status
 from schemas.tables import CRAWLDB, HOSTS
 
@@ -255,9 +256,9 @@ def exhausted_hosts(hosts_new: DataFrame, hosts: DataFrame, max_pages_per_host: 
 
 def budget_rows(crawldb: DataFrame, exhausted: DataFrame, *, round_no: int) -> DataFrame:
     """Unfetched crawl-DB rows of exhausted hosts, as ``budget_exhausted`` rows (CRAWLDB columns) with
-    ``error_class`` = "budget:" + the host's ``budget_reason``."""
+    ``error_class`` = "budget:" + the host's ``budget_reason``, and ``_was`` (their old status)."""
     ex = F.broadcast(exhausted.select("host", "budget_reason"))
     rows = crawldb.where(F.col("status") == Status.UNFETCHED.value).join(ex, "host", "inner")
-    return (rows.withColumn("status", F.lit(Status.BUDGET_EXHAUSTED.value))
+    return (rows.withColumn(WAS, F.col("status")).withColumn("status", F.lit(Status.BUDGET_EXHAUSTED.value))
             .withColumn("error_class", F.concat(F.lit(BUDGET_ERROR_PREFIX), F.col("budget_reason")))
             .withColumn("updated_round", F.lit(int(round_no)).cast("long")).drop("budget_reason"))

@@ -138,7 +138,11 @@ What update scans, and how it grows:
   semi-joined with the batch's broadcast digests): O(crawl DB) in those three
   columns.
 - budget marking reads ``status``/``host`` of all rows, but only in a round
-  where some host reached its budget; ``frontier_size`` counts ``status`` once.
+  where some host reached its budget. ``frontier_size`` costs no scan of its
+  own: the eligible rows of the pinned snapshot are counted on the full scan
+  the first semi-join makes anyway, plus the MERGE source's status changes
+  (``_Counters``); every other counter is counted by the staged write that
+  computes its rows.
 - ``hosts`` is read the same way, semi-joined with the round's hosts.
 - trap detection reads ``host``/``simhash`` of all rows (semi-joined with the
   round's broadcast hosts, reduced to distinct (host, simhash)): O(crawl DB) in
@@ -149,8 +153,7 @@ To make the reads grow with the touched URLs too: cluster ``crawldb`` by
 narrow, then prune with the round's url_fp ranges (a literal range predicate
 per bucket, or dynamic file pruning, which open-source Delta lacks; low shuffle
 merge, which keeps unmodified rows' layout, is Databricks-only too); keep a
-separate digest → original table clustered by digest for the duplicate lookup;
-keep the frontier size in the ledger as a running sum of the statuses changed.
+separate digest → original table clustered by digest for the duplicate lookup.
 """
 
 from __future__ import annotations
@@ -170,6 +173,11 @@ from schemas.status import ELIGIBLE, Status
 from schemas.tables import CRAWLDB, HOSTS, TABLES
 
 _META = "spark.databricks.delta.commitInfo.userMetadata"
+#: Update's plans are joins of small staged files and one-column scans whose sizes are known when
+#: they are planned: adaptive execution would run every exchange as a Spark job of its own, to
+#: re-plan from sizes that change no decision (measured: bench/verb_cost.py, RESULTS.md "Rounds
+#: that cost seconds"). Off while update plans and writes; the explicit broadcasts stay.
+STATIC_PLANS = {"spark.sql.adaptive.enabled": "false"}
 
 
 @dataclass(frozen=True)
@@ -184,15 +192,21 @@ class Plan:
 
 
 def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: int, now: dt.datetime,
-         keep: Callable[[Any], Any] = lambda df: df) -> Plan:
+         keep: Callable[[Any], Any] = lambda df: df,
+         observe: Callable[[str, Any], Any] = lambda name, df: df) -> Plan:
     """The whole update of one round as DataFrames, from the inputs as they were before it.
 
     ``keep`` is applied to the intermediate results used more than once (``run``
     writes each to Parquet and reads it back, see :func:`_staged`; a test may
     pass ``DataFrame.persist``): without it every use recomputes its whole lineage.
+    ``observe(name, df)`` is applied to the one full scan of the crawl DB that the
+    first of them computes (name ``crawldb``, before the semi-join with the round's
+    URLs) and to the new hosts rows before they are kept (``hosts``): ``run`` counts
+    its counters there (:class:`_Counters`), so no count needs a job of its own.
     """
     park = conf.politeness.failure_park_duration_s
-    prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), crawldb))
+    scan = observe("crawldb", crawldb)
+    prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), scan))
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
     updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))
@@ -204,7 +218,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     hosts_new = HT.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
     hosts_new, reached, exhausted = HT.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host,
                                                       conf.budget.max_bytes_per_host)
-    hosts_new = keep(common.conform(hosts_new, TABLES["hosts"]))
+    hosts_new = keep(observe("hosts", common.conform(hosts_new, TABLES["hosts"])))
     budget = HT.budget_rows(crawldb, reached, round_no=round_no)
     source = T.merge_source(updated, new, budget, exhausted)  # computed once, by its staging write
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
@@ -219,8 +233,6 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
     the round's ledger row when the caller has it. The ledger row written comes back under ``row``."""
     import time
 
-    from pyspark.sql import functions as F
-
     with common.Timer() as timer:
         st = ledger.step(spark, conf, "update", round_no=round_no, row=row)
         n, row = st.round, st.row
@@ -228,43 +240,48 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
             _remove(staging_dir(conf, n))  # left by a crash between the ledger write and its removal
             return {"round": n, "skipped": True, "state": row["state"], "row": row}
         now = now or row.get("fetched_at") or common.now_utc()
-        tag = f"deltacrawl update round {n}"
         if row.get("crawldb_version") is None or row.get("hosts_version") is None:
             row = ledger.set_state(spark, conf, n, "fetched", old=row, crawldb_version=_version(spark, conf, "crawldb"),
                                    hosts_version=_version(spark, conf, "hosts"))
-        crawldb = _at(spark, conf, "crawldb", row["crawldb_version"])
-        hosts = _at(spark, conf, "hosts", row["hosts_version"])
-        fetch_output = common.read(spark, conf, "fetch_output").where(F.col("round") == n)
-        fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
-        stage = staging_dir(conf, n)
-        kept = itertools.count()
-
-        def keep(df):  # intermediate results: written once, read back with a one-scan lineage
-            return _staged(spark, df, f"{stage}/part-{next(kept)}")
-        p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, keep=keep)
-        # the plan is computed once, into Parquet, before any commit
-        staged = {name: _staged(spark, df, f"{stage}/{name}") for name, df in (
-            ("crawldb", p.crawldb_source), ("fetch_log", p.fetch_log), ("links", p.links))}
-        staged["hosts"] = p.hosts  # already staged by ``keep``
-        counts = _counts(staged["crawldb"])
-        counts.update(_host_counts(staged["hosts"], now))
-        counts["fetch_log_rows"] = staged["fetch_log"].count()
-        counts["links"] = staged["links"].count()
-        _merge_crawldb(spark, conf, staged["crawldb"], n, tag)
-        _merge_hosts(spark, conf, staged["hosts"], n, tag)
-        _append(conf, staged["fetch_log"], "fetch_log", n, tag)
-        faults.point("update.after_fetch_log")
-        _append(conf, staged["links"], "links", n, tag)
-        faults.point("update.after_links")
-        counts["frontier_size"] = (common.read(spark, conf, "crawldb")
-                                   .where(F.col("status").isin([s.value for s in ELIGIBLE])).count())
+        with common.session_conf(spark, STATIC_PLANS):
+            counts = _write(spark, conf, n, row, now)
     seconds = {"update": timer.seconds}
     if round_started is not None:
         seconds["round"] = time.perf_counter() - round_started
     row = ledger.set_state(spark, conf, n, "updated", counts=counters.checked("update", counts), seconds=seconds,
                            old=row)
-    _remove(stage)
+    _remove(staging_dir(conf, n))
     return {"round": n, "skipped": False, **counts, "row": row}
+
+
+def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str, int]:
+    """Round ``n``'s plan staged, its counters counted by the same writes, its MERGEs and appends committed."""
+    from pyspark.sql import functions as F
+
+    tag = f"deltacrawl update round {n}"
+    crawldb = _at(spark, conf, "crawldb", row["crawldb_version"])
+    hosts = _at(spark, conf, "hosts", row["hosts_version"])
+    fetch_output = common.read(spark, conf, "fetch_output").where(F.col("round") == n)
+    fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
+    stage = staging_dir(conf, n)
+    kept = itertools.count()
+
+    def keep(df):  # intermediate results: written once, read back with a one-scan lineage
+        return _staged(spark, df, f"{stage}/part-{next(kept)}")
+    observed = _Counters(now)
+    p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, keep=keep, observe=observed)
+    # the plan is computed once, into Parquet, before any commit; the counters by the same writes
+    staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in (
+        ("crawldb_source", p.crawldb_source), ("fetch_log", p.fetch_log), ("links", p.links))}
+    staged["hosts"] = p.hosts  # already staged by ``keep``
+    counts = observed.counts()
+    _merge_crawldb(spark, conf, staged["crawldb_source"], n, tag)
+    _merge_hosts(spark, conf, staged["hosts"], n, tag)
+    _append(conf, staged["fetch_log"], "fetch_log", n, tag)
+    faults.point("update.after_fetch_log")
+    _append(conf, staged["links"], "links", n, tag)
+    faults.point("update.after_links")
+    return counts
 
 
 def staging_dir(conf: Config, n: int) -> str:
@@ -311,33 +328,67 @@ def _at(spark, conf: Config, name: str, version: int):
     return spark.read.format("delta").option("versionAsOf", int(version)).load(common.table_path(conf, name))
 
 
-def _counts(source) -> dict[str, int]:
+def _eligible(col) -> Any:
+    """1 for a status generate may select (``schemas.status.ELIGIBLE``), else 0 (null too)."""
     from pyspark.sql import functions as F
-    rows = source.groupBy("_kind", "status").agg(F.count(F.lit(1)).alias("n")).collect()
-    out = {"new_urls": 0, "updated_urls": 0, "duplicates": 0, "budget_exhausted": 0}
-    for r in rows:
-        if r["_kind"] == "new":
-            out["new_urls"] += r.n
-        elif r["_kind"] == "update":
-            out["updated_urls"] += r.n
-        if r.status == Status.DUPLICATE.value and r["_kind"] == "update":
-            out["duplicates"] += r.n
-        if r.status == Status.BUDGET_EXHAUSTED.value:
-            out["budget_exhausted"] += r.n
-        key = f"status_{r.status}"
-        out[key] = out.get(key, 0) + r.n
-    return out
+    return F.when(col.isin([s.value for s in ELIGIBLE]), 1).otherwise(0).cast("long")
 
 
-def _host_counts(hosts_new, now: dt.datetime) -> dict[str, int]:
-    """Hosts of the round; of them, throttled (round_cap set) and parked as traps until after ``now``."""
+def _metrics(name: str, now: dt.datetime) -> list:
+    """The aggregate Columns counted over the rows of ``name`` (see :class:`_Counters`)."""
     from pyspark.sql import functions as F
-    r = hosts_new.agg(
-        F.count(F.lit(1)).alias("n"),
-        F.coalesce(F.sum(F.col("round_cap").isNotNull().cast("long")), F.lit(0)).alias("t"),
-        F.coalesce(F.sum((F.col("park_reason").startswith("trap:") & (F.col("parked_until") > T.ts(now)))
-                         .cast("long")), F.lit(0)).alias("p")).collect()[0]
-    return {"hosts_updated": r.n, "hosts_throttled": r.t, "hosts_trap_parked": r.p}
+
+    def n(cond):
+        return F.sum(F.when(cond, 1).otherwise(0).cast("long"))
+    kind, status = F.col("_kind"), F.col("status")
+    if name == "crawldb":  # every row of the pre-round snapshot
+        return [F.sum(_eligible(status)).alias("frontier_before")]
+    if name == "crawldb_source":
+        # what the MERGE changes: a matched row (update, budget) goes from _was to status; an
+        # inserted one (update or new, absent from the snapshot: _was null) from nothing to status
+        was = F.col(T.WAS)
+        applied = (kind.isin("update", "budget") & was.isNotNull()) | (kind.isin("update", "new") & was.isNull())
+        return [n(kind == "new").alias("new_urls"), n(kind == "update").alias("updated_urls"),
+                n((kind == "update") & (status == Status.DUPLICATE.value)).alias("duplicates"),
+                n(status == Status.BUDGET_EXHAUSTED.value).alias("budget_exhausted"),
+                F.sum(F.when(applied, _eligible(status) - _eligible(was)).otherwise(0)).alias("frontier_change"),
+                *[n(status == s.value).alias(f"status_{s.value}") for s in Status]]
+    if name == "hosts":
+        parked = F.col("park_reason").startswith("trap:") & (F.col("parked_until") > T.ts(now))
+        return [F.count(F.lit(1)).alias("hosts_updated"), n(F.col("round_cap").isNotNull()).alias("hosts_throttled"),
+                n(parked).alias("hosts_trap_parked")]
+    return [F.count(F.lit(1)).alias("fetch_log_rows" if name == "fetch_log" else name)]
+
+
+class _Counters:
+    """The round's counters, computed by the writes that compute their rows anyway (``DataFrame.observe``:
+    an aggregate over the rows flowing through, returned with the action), so none is a Spark job of
+    its own: the crawl-DB scan of the plan's first staged write, the hosts rows, the three staged sources.
+
+    ``frontier_size`` (URLs in an eligible status after the MERGE) = the eligible rows of the pinned
+    pre-round snapshot + the MERGE's change (per source row: eligible(new status) - eligible(``_was``)).
+    Exact because the MERGE applies every source row the sum counts: the snapshot is the one the
+    rows were computed from, no row of it has ``updated_round >= N``, and ``new`` rows are absent from
+    it. A rerun after a crash reads the same snapshot (its versions are in the ledger row) and
+    restages the same rows, so it counts the same numbers; the commits already made change nothing
+    it counts. A count of the crawl DB after the MERGE would include what a writer other than this
+    round's update committed meanwhile (an inject between a crash and the rerun): this one does not.
+    """
+
+    def __init__(self, now: dt.datetime):
+        self.now, self.seen = now, {}
+
+    def __call__(self, name: str, df):
+        from pyspark.sql import Observation
+        self.seen[name] = Observation(f"update_{name}")
+        return df.observe(self.seen[name], *_metrics(name, self.now))
+
+    def counts(self) -> dict[str, int]:
+        """The counters (after every observed DataFrame ran its write); status_* only when not 0."""
+        got = {k: int(v or 0) for o in self.seen.values() for k, v in o.get.items()}
+        out = {k: v for k, v in got.items() if v or not k.startswith("status_")}
+        out["frontier_size"] = out.pop("frontier_before") + out.pop("frontier_change")
+        return out
 
 
 def _tagged(spark, tag: str):

@@ -32,6 +32,8 @@ from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
 CAT, BASE, CHANGED, WIRE = "_cat", "_base", "_changed", "_wire"
 #: Helper column: the row is the URL's first copy (ok, with a digest, and no previous copy).
 FIRST = "_first"
+#: Helper column of the merge source: the row's status in the crawl DB read (null when absent).
+WAS = "_was"
 #: Outcome categories (one per row of the transition table).
 KEEP = "keep"
 #: Statuses whose stored copy can be the original of a duplicate.
@@ -197,6 +199,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         CHANGED: changed,
         WIRE: F.when(has_response, F.coalesce(F.col("wire_bytes"), F.lit(0))).otherwise(0).cast("long"),
         "_stored": stored,
+        WAS: o("status"),
         FIRST: ok & F.col("digest").isNotNull() & o("digest").isNull(),
     }
     return df.select([c.alias(k) for k, c in cols.items()])
@@ -292,7 +295,8 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow:
 
 # -- 6. the merge source ---------------------------------------------------------------------
 def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhausted: DataFrame) -> DataFrame:
-    """One row per url_fp (update > new > budget), CRAWLDB columns + ``_kind``.
+    """One row per url_fp (update > new > budget), CRAWLDB columns + ``_kind`` + ``_was`` (the status
+    the row had in the crawl DB read, null for a URL absent from it: what the MERGE changes).
 
     Rows still ``unfetched`` on an exhausted host (``exhausted``: ``host``,
     ``budget_reason``) become ``budget_exhausted``, error_class "budget:<reason>".
@@ -302,7 +306,8 @@ def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhauste
     def shape(df: DataFrame, kind: str, rank: int) -> DataFrame:
         cols = [F.col(f.name).cast(f.dataType).alias(f.name) if f.name in df.columns
                 else F.lit(None).cast(f.dataType).alias(f.name) for f in CRAWLDB.fields]
-        return df.select(*cols, F.lit(kind).alias("_kind"), F.lit(rank).alias("_rank"))
+        was = F.col(WAS) if WAS in df.columns else F.lit(None).cast("string")
+        return df.select(*cols, F.lit(kind).alias("_kind"), was.alias(WAS), F.lit(rank).alias("_rank"))
 
     allrows = shape(updated, "update", 0).unionByName(shape(new, "new", 1)).unionByName(shape(budget, "budget", 2))
     w = Window.partitionBy("url_fp").orderBy("_rank")
@@ -313,7 +318,7 @@ def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhauste
     return (one.withColumn("error_class", F.when(hit, F.concat(F.lit(BUDGET_ERROR_PREFIX), F.col("_ex")))
                            .otherwise(F.col("error_class")))
             .withColumn("status", F.when(hit, F.lit(Status.BUDGET_EXHAUSTED.value)).otherwise(F.col("status")))
-            .select([f.name for f in CRAWLDB.fields] + ["_kind"]))
+            .select([f.name for f in CRAWLDB.fields] + ["_kind", WAS]))
 
 
 # -- 7. appends ---------------------------------------------------------------------------------

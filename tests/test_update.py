@@ -501,6 +501,9 @@ def test_plan_parks_a_near_duplicate_host_and_spares_an_ordinary_one(spark):
 
 # -- the job on Delta ---------------------------------------------------------------------------------
 TABLE_NAMES = ("crawldb", "hosts", "fetch_log", "links")
+#: Spark jobs of update.run on :func:`_seed`'s round, ledger writes included (measured 2026-12-01:
+#: 113; 174 with adaptive execution on during update).
+JOBS_UPDATE_MAX = 130
 
 
 def _seed(spark, conf, n: int = 1):
@@ -619,6 +622,35 @@ def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, 
     assert _content(spark, conf) == _content(spark, updated_a[0])
     got, want = (ledger.get_round(spark, c, 1)["counts"] for c in (conf, updated_a[0]))
     assert got == want
+
+
+def test_frontier_size_is_the_count_after_the_merge_without_a_scan_of_its_own(spark, tmp_path):
+    """frontier_size = the pinned snapshot's eligible rows + the MERGE source's status changes: rows
+    leaving the frontier (budget_exhausted, matched or new) and rows joining it (new URLs) both move it."""
+    from jobs import common, ledger, update
+    from schemas.status import ELIGIBLE
+    conf = config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"', "spark.shuffle_partitions=4",
+                                  "budget.max_pages_per_host=3"])
+    _seed(spark, conf)
+    ledger.set_state(spark, conf, 1, "fetched")
+    result = update.run(spark, conf)
+    db = {r.url: r.status for r in common.read(spark, conf, "crawldb").collect()}
+    assert (db["http://s.test/later"], db["http://s.test/new1"]) == ("budget_exhausted", "budget_exhausted")
+    assert result["frontier_size"] == sum(s in {e.value for e in ELIGIBLE} for s in db.values()) == 6
+
+
+def test_update_plans_statically_and_counts_without_jobs_of_its_own(spark, tmp_path):
+    """Update's Spark jobs (load-independent): with adaptive execution on, each exchange would be a job
+    of its own, and each counter a count action (bench/verb_cost.py measures the same at scale)."""
+    from jobs import ledger, update
+    conf = config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"', "spark.shuffle_partitions=4",
+                                  "budget.max_pages_per_host=100"])
+    _seed(spark, conf)
+    ledger.set_state(spark, conf, 1, "fetched")
+    jobs = spark.sparkContext._jsc.sc().dagScheduler()
+    first = jobs.numTotalJobs()
+    update.run(spark, conf)
+    assert jobs.numTotalJobs() - first <= JOBS_UPDATE_MAX
 
 
 def test_main_reports_a_missing_crawl_in_one_line(spark, tmp_path, capsys):
