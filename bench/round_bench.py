@@ -99,9 +99,9 @@ def synthetic_rows(spark, conf, n_rows: int, *, now: dt.datetime) -> None:
 
 
 def _rounds(spark, conf, n: int) -> list[dict]:
-    from jobs import common
-    rows = (common.read(spark, conf, "rounds").orderBy("round").collect())
-    return [r.asDict(recursive=True) for r in rows][-n:]
+    from jobs import ledger
+    rows = ledger.current(spark, conf).rows  # the ledger's records (in-process rounds do not mirror `rounds`)
+    return [rows[k] for k in sorted(rows)][-n:]
 
 
 def scale(spark, web, work: Path, sizes: list[int], seeds: list[str]) -> list[dict]:

@@ -17,6 +17,9 @@ One run, one process, ``local[2]`` (the embedded default on this machine):
 5. **update** of round 1, then (``--repeat``) the same again for round 2
    (generate picks the new URLs round 1 discovered), so the second figures
    are those of a warm JVM.
+6. **ledger mirror flush**: the ``rounds`` table brought up to the ledger's
+   records (one MERGE of the round's row), what a writing command pays once
+   before it exits (``jobs/ledger_mirror.py``); outside generate and update.
 
 Per verb and per step of it (the functions ``generate.run`` and ``update.run``
 call, wrapped here and nowhere else): wall seconds, Spark jobs started (the
@@ -251,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         from jobs.session import build_session
         spark = build_session(conf)
         start_s = time.perf_counter() - t
-        from jobs import common, generate, update
+        from jobs import common, generate, ledger_mirror, update
         meter = Meter(spark, names=args.job_names)
         with meter.step("init (ensure_tables)"):
             common.ensure_tables(spark, conf)
@@ -270,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             with meter.step("UPDATE"):
                 u = update.run(spark, conf, round_no=g["round"], row=row, now=now)
             row = u["row"]
+            with meter.step("ledger mirror flush (rounds table)"):
+                ledger_mirror.flush(spark, conf)
             results.append({"round": g["round"], "generated": g["generated"], "new_urls": u["new_urls"]})
             now = now + dt.timedelta(seconds=1)
         spark.stop()

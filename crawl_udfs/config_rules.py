@@ -213,6 +213,7 @@ RULES: dict[str, Check] = {
     "export.cdxj_records": each(_string(one_of(*WARC_RECORD_TYPES))),
     "lease.ttl_s": above(0),
     "lease.heartbeat_s": above(0),
+    "ledger.mirror_interval_s": above(0),
 }
 
 # (smaller, larger, factor): factor x the first key's value may not exceed the second's.

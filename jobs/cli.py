@@ -9,7 +9,8 @@ modules have no ``main()`` of their own.
 
 The verbs that write (:data:`WRITERS`) run holding the crawl lease
 (:mod:`jobs.lease`): a second writer on the same ``storage.root`` exits at once
-with status 3 and one line naming the holder. ``sql``, ``status`` and ``export``
+with status 3 and one line naming the holder. They also keep the ``rounds`` table
+following the ledger's records, flushed before they exit (:mod:`jobs.ledger_mirror`). ``sql``, ``status`` and ``export``
 only read committed snapshots and run beside a writer.
 """
 
@@ -95,7 +96,8 @@ def _dispatch(args, conf) -> int:
     _check_storage(spark, conf)
     if args.command not in WRITERS:
         return _run(spark, conf, args)
-    with lease.hold(spark, conf, args.command, force=args.force, out=sys.stderr):
+    from jobs.ledger_mirror import mirroring
+    with lease.hold(spark, conf, args.command, force=args.force, out=sys.stderr), mirroring(spark, conf):
         return _run(spark, conf, args)
 
 
@@ -103,7 +105,9 @@ def _run(spark, conf, args) -> int:
     from jobs import common
 
     if args.command == "init":
+        from jobs import ledger
         changed = common.ensure_tables(spark, conf)
+        ledger.current(spark, conf)  # the ledger's records, seeded from the rounds table once
         print("\n".join(changed) if changed else "tables up to date", f"under {common.root(conf)}")
         return 0
     if args.command == "inject":

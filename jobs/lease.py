@@ -46,7 +46,9 @@ from dataclasses import asdict, dataclass
 from typing import Iterator
 
 from crawl_udfs.config import Config, ConfigError
-from jobs.common import now_utc, root
+from jobs.common import now_utc
+from jobs import records
+from jobs.records import number, numbered
 
 FORCE_RISK = ("a live holder goes on until its next renewal (up to lease.heartbeat_s): two fetchers "
               "on one web (requests closer than the host delay) and Delta conflicts that fail a step")
@@ -87,52 +89,25 @@ def _iso(t: dt.datetime) -> str:
 
 
 class _Store:
-    """Numbered records under ``<root>/lease`` through Delta's LogStore (driver only)."""
+    """Numbered records under ``<root>/lease`` (:class:`jobs.records.Records`: put-if-absent, driver only)."""
 
     def __init__(self, spark, conf: Config):
-        jvm = spark.sparkContext._jvm
-        self._jvm = jvm
-        self._hconf = spark.sparkContext._jsc.hadoopConfiguration()
-        self._dir = jvm.org.apache.hadoop.fs.Path(f"{root(conf)}/lease")
-        self._fs = self._dir.getFileSystem(self._hconf)
-        self._log = getattr(getattr(jvm.org.apache.spark.sql.delta.storage, "LogStore$"), "MODULE$").apply(
-            spark._jsparkSession)
-        self._made = False  # the directory is made by the first write, so readers never write
-
-    def _path(self, seq: int):
-        return self._jvm.org.apache.hadoop.fs.Path(self._dir, f"{seq:020d}.json")
+        self._files = records.at(spark, conf, "lease")
 
     def latest(self) -> Record | None:
-        if not self._fs.exists(self._dir):
-            return None
-        seqs = [int(s.getPath().getName()[:-5]) for s in self._fs.listStatus(self._dir)
-                if s.getPath().getName().endswith(".json") and s.getPath().getName()[:-5].isdigit()]
+        seqs = [n for n in map(number, self._files.names()) if n is not None]
         for seq in sorted(seqs, reverse=True):  # the newest readable one (an older one may be mid-removal)
-            try:
-                lines = self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(
-                    self._log.read(self._path(seq), self._hconf))
-            except Exception as e:  # noqa: BLE001 - removed between list and read: try the next
-                if "FileNotFound" in str(e):
-                    continue
-                raise
-            return Record(**json.loads("".join(lines)))
+            text = self._files.read(numbered(seq))
+            if text is not None:
+                return Record(**json.loads(text))
         return None
 
     def put(self, rec: Record) -> bool:
         """Write ``rec`` as number ``rec.seq`` unless that number exists; True when written."""
-        lines = self._jvm.java.util.ArrayList()
-        lines.add(json.dumps(asdict(rec)))
-        it = self._jvm.scala.jdk.javaapi.CollectionConverters.asScala(lines.iterator())
-        if not self._made:
-            self._made = bool(self._fs.mkdirs(self._dir))
-        try:
-            self._log.write(self._path(rec.seq), it, False, self._hconf)
-        except Exception as e:  # noqa: BLE001 - Py4JJavaError wrapping java.nio.file.FileAlreadyExistsException
-            if "FileAlreadyExists" in str(e):
-                return False
-            raise
+        if not self._files.put(numbered(rec.seq), json.dumps(asdict(rec))):
+            return False
         for old in range(max(0, rec.seq - _KEEP - 4), rec.seq - _KEEP):
-            self._fs.delete(self._path(old), False)
+            self._files.delete(numbered(old))
         return True
 
 

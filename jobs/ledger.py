@@ -1,4 +1,4 @@
-"""The round ledger (``rounds`` table) and the round protocol: what makes rounds resumable and idempotent.
+"""The round ledger and the round protocol: what makes rounds resumable and idempotent.
 
 A round moves ``generated -> fetching -> fetched -> updated``. :func:`step` is
 the one place that decides, from a round's row, what a verb does with it:
@@ -7,16 +7,19 @@ past the step) or refuse it (:class:`RoundError`: an earlier step is missing).
 
 Every write is a compare-and-set: :func:`set_state` names the state it expects
 the row to be in (the state of the row the caller read, ``old``; no row for a
-new round) and the MERGE updates only when the stored row still is in it, so a
-stale writer can never move a round backwards (:class:`StaleRound`). Writes
-check the crawl lease first (:func:`jobs.lease.check`): a command that lost its
-lease stops before writing.
+new round) and writes only when the stored row still is in it, so a stale
+writer can never move a round backwards (:class:`StaleRound`). Writes check the
+crawl lease first (:func:`jobs.lease.check`): a command that lost its lease
+stops before writing.
 
-Every read and write of this tiny table is a Spark job plus a Delta snapshot
-(about 0.5 s and 2.5 s on a quiet laptop), so a round does as few as it can:
-``rounds.crawl`` reads the last round once and hands each verb the row the
-previous one wrote (one read and five writes a round: generated, fetching,
-fetched, update's snapshot versions, updated).
+The rows live in numbered put-if-absent records under ``<storage.root>/ledger``
+(:mod:`jobs.ledger_chain`): a read or a write is a listing and a small file or
+two through the driver's file system, milliseconds and no Spark job (a one-row
+Delta MERGE a write, 3-5 s, before). A write is record ``k+1`` of the state read
+at ``k``; when another writer took ``k+1`` first, the state is read again and
+the compare-and-set decided on it. The ``rounds`` Delta table is a mirror of the
+records for SQL users (:mod:`jobs.ledger_mirror`), which the protocol never
+reads except once, to seed the records of a crawl older than them.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from crawl_udfs.config import Config, ConfigError
-from jobs import lease
-from jobs.common import STABLE_MERGE_SOURCE, conform, now_utc, read, session_conf, table
+from jobs import lease, ledger_mirror
+from jobs.common import now_utc
+from jobs.ledger_chain import Chain, State, copy
 from schemas.tables import TABLES
 
 STATES = ("generated", "fetching", "fetched", "updated")
@@ -87,14 +91,20 @@ def step(spark, conf: Config, verb: str, *, round_no: int | None = None, row: di
     raise RoundError(f"round {n} is {state}, not {start}: run {before} for it before {verb}")
 
 
+def current(spark, conf: Config, chain: Chain | None = None) -> State:
+    """The ledger's newest state (seeded from the ``rounds`` table the first time: one read, once)."""
+    chain = chain or Chain(spark, conf)
+    return chain.load() or ledger_mirror.seed(spark, conf, chain)
+
+
 def last_round(spark, conf: Config) -> dict[str, Any] | None:
-    rows = read(spark, conf, "rounds").orderBy("round", ascending=False).limit(1).collect()
-    return rows[0].asDict() if rows else None
+    rows = current(spark, conf).rows
+    return copy(rows[max(rows)]) if rows else None
 
 
 def get_round(spark, conf: Config, n: int) -> dict[str, Any] | None:
-    rows = read(spark, conf, "rounds").where(f"round = {int(n)}").collect()
-    return rows[0].asDict() if rows else None
+    row = current(spark, conf).rows.get(int(n))
+    return copy(row) if row else None
 
 
 def set_state(spark, conf: Config, n: int, state: str, *, counts: dict[str, int] | None = None,
@@ -109,8 +119,10 @@ def set_state(spark, conf: Config, n: int, state: str, *, counts: dict[str, int]
     """
     assert state in STATES, state
     lease.check()
+    chain = Chain(spark, conf)
+    cur = current(spark, conf, chain)
     if old is None:
-        old = get_round(spark, conf, n) or {}
+        old = cur.rows.get(int(n)) or {}
     elif old and int(old["round"]) != int(n):
         raise ValueError(f"old row is round {old['round']}, not {n}")
     row = {f.name: old.get(f.name) for f in TABLES["rounds"].schema.fields}
@@ -122,19 +134,17 @@ def set_state(spark, conf: Config, n: int, state: str, *, counts: dict[str, int]
         row[stamp] = old.get(stamp) if old.get("state") == state and old.get(stamp) else now_utc()
     row["counts"] = {**(old.get("counts") or {}), **(counts or {})}
     row["seconds"] = {**(old.get("seconds") or {}), **(seconds or {})}
-    df = conform(spark.createDataFrame([row], TABLES["rounds"].schema), TABLES["rounds"])
-    merge = table(spark, conf, "rounds").alias("t").merge(df.alias("s"), "t.round = s.round")
     expected = old.get("state")
-    if expected is None:
-        merge = merge.whenNotMatchedInsertAll()
-    else:
-        assert expected in STATES, expected
-        merge = merge.whenMatchedUpdateAll(condition=f"t.state = '{expected}'")
-    with session_conf(spark, STABLE_MERGE_SOURCE):  # the source is one local row
-        affected = merge.execute().collect()[0]["num_affected_rows"]
-    if affected != 1:
-        now = get_round(spark, conf, n)
-        found = f"it is {now['state']}" if now else "it is not in the ledger"
-        raise StaleRound(f"round {n}: expected {expected or 'no row'} before moving it to {state}, but {found}: "
-                         f"another writer changed the ledger")
-    return row
+    assert expected is None or expected in STATES, expected
+    while True:
+        now = cur.rows.get(int(n))
+        if (now["state"] if now else None) != expected:
+            found = f"it is {now['state']}" if now else "it is not in the ledger"
+            raise StaleRound(f"round {n}: expected {expected or 'no row'} before moving it to {state}, but {found}: "
+                             f"another writer changed the ledger")
+        written = chain.append(cur, row)
+        if written is not None:
+            break
+        cur = chain.load()  # another writer took the next record: decide again on what it wrote
+    ledger_mirror.changed()
+    return copy(written.rows[int(n)])

@@ -11,6 +11,7 @@ Crawl-delay, robots.txt unavailable, or ``trap: …``).
 from __future__ import annotations
 
 from crawl_udfs.config import Config
+from jobs import ledger
 from jobs.common import now_utc, read
 from schemas import counters
 from schemas.status import ELIGIBLE
@@ -32,7 +33,8 @@ def report(spark, conf: Config, *, last_rounds: int = 5) -> str:
     exhausted = hosts.where(_budget_reason(conf).isNotNull()).select("host").orderBy("host").limit(20).collect()
     parked = (hosts.where(F.col("parked_until") > F.lit(now)).select("host", "park_reason", "parked_until")
               .orderBy("host").limit(20).collect())
-    rounds = read(spark, conf, "rounds").orderBy(F.col("round").desc()).limit(last_rounds).collect()
+    rows = ledger.current(spark, conf).rows  # the ledger's records: the rounds table may lag a running crawl
+    rounds = [rows[n] for n in sorted(rows, reverse=True)[:last_rounds]]
     b = conf.budget
     out = [f"crawl DB: {sum(by_status.values())} URLs, {due} due now",
            "  by status: " + ", ".join(f"{k}={v}" for k, v in sorted(by_status.items())),

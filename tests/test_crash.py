@@ -45,7 +45,7 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from jobs import cli, common, faults, warc_staging
+from jobs import cli, common, faults, ledger_mirror, warc_staging
 from tests.summary import note
 from tests.testweb import TestWeb
 
@@ -148,6 +148,7 @@ class Chain:
             out = (self.d / f"run-{step}.log").read_text(errors="replace")
             assert rc == rc_want, f"run {step} ({spec}): status {rc}, wanted {rc_want}\n{out[-3000:]}"
             self.urls = self.crawldb_urls()
+            ledger_mirror.flush(self.spark, self.conf)  # a killed run never flushed: the next command's catch-up
             ledger = {r["round"]: r["state"] for r in self.table("rounds").collect()}
             self.done[step] = {"rc": rc, "out": out, "seconds": time.monotonic() - t0, "ledger": ledger,
                                "lost": before - self.urls, "requests": self.web.log()[log_from:]}

@@ -225,8 +225,9 @@ def _crawl(spark, d: Path, web) -> Path:
 
 
 def _rounds(spark, overlay: Path) -> dict:
-    from jobs import common
+    from jobs import common, ledger_mirror
     c = config.load([overlay])
+    ledger_mirror.flush(spark, c)  # a killed command never flushed its mirror: the next command's catch-up
     return {r["round"]: r["state"] for r in spark.read.format("delta").load(common.table_path(c, "rounds")).collect()}
 
 

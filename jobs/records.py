@@ -1,0 +1,117 @@
+"""Small JSON files under ``storage.root`` with a put-if-absent write: the lease's and the ledger's records.
+
+Guarantees:
+
+- **Put-if-absent on every storage Delta supports.** :meth:`Records.put` writes
+  with Delta's own LogStore and ``overwrite=False``, the primitive Delta's commits
+  rely on (atomic create on a local disk and HDFS, the DynamoDB LogStore or a
+  commit coordinator on S3, conditional writes on Azure and GCS): of two writers
+  of one name, one succeeds and the other gets ``False``. A file is whole or absent.
+- **No Spark jobs.** Files are listed, read and written by the driver through the
+  Hadoop file system and the LogStore (milliseconds on a local disk), so a write
+  never queues behind tasks that hold every task slot.
+- **Numbered names** (:func:`numbered`) sort as numbers, so a chain of records
+  (``<seq>.json``) is a sequence whose newest is the largest number.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from crawl_udfs.config import Config
+from jobs.common import root
+
+
+def numbered(seq: int, suffix: str = ".json") -> str:
+    """``seq`` as a file name that sorts as a number: ``00000000000000000042.json``."""
+    return f"{seq:020d}{suffix}"
+
+
+def number(name: str, suffix: str = ".json") -> int | None:
+    """The number of a :func:`numbered` name with ``suffix``, else None."""
+    stem = name[:-len(suffix)] if name.endswith(suffix) else ""
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
+class Records:
+    """The files of ``<storage.root>/<name>`` (driver only); :func:`at` gives this process's one per directory.
+
+    Every Py4J call is a socket round trip (about a millisecond, more under load), and naming a JVM
+    class is one per package segment: the handles are looked up once."""
+
+    def __init__(self, spark, conf: Config, name: str):
+        jvm = spark.sparkContext._jvm
+        self._new_path = jvm.org.apache.hadoop.fs.Path
+        self._one = getattr(getattr(jvm.scala.collection, "Iterator$"), "MODULE$").single  # a one-line Scala iterator
+        self._hconf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._dir = self._new_path(f"{root(conf)}/{name}")
+        self._fs = self._dir.getFileSystem(self._hconf)
+        self._log = getattr(getattr(jvm.org.apache.spark.sql.delta.storage, "LogStore$"), "MODULE$").apply(
+            spark._jsparkSession)
+        self._made = False  # the directory is made by the first write, so readers never write
+        self.where = f"{root(conf)}/{name}"
+
+    def _path(self, name: str):
+        return self._new_path(self._dir, name)
+
+    def names(self) -> list[str]:
+        """The names of the files in the directory (none when it does not exist)."""
+        if not self._fs.exists(self._dir):
+            return []
+        return [s.getPath().getName() for s in self._fs.listStatus(self._dir)]
+
+    def names_from(self, start: str) -> list[str]:
+        """The names ``>= start``, sorted (LogStore's ``listFrom``: on object stores a listing from a key,
+        so the cost follows the names returned, not the directory)."""
+        try:
+            it = self._log.listFrom(self._path(start), self._hconf)
+            out = []
+            while it.hasNext():
+                out.append(it.next().getPath().getName())
+            return out
+        except Exception as e:  # noqa: BLE001 - Py4JJavaError wrapping java.io.FileNotFoundException
+            if "FileNotFound" in str(e):
+                return []
+            raise
+
+    def read(self, name: str) -> str | None:
+        """The text of file ``name``, or None when it is absent (or was removed since it was listed)."""
+        try:
+            return str(self._log.read(self._path(name), self._hconf).mkString())
+        except Exception as e:  # noqa: BLE001 - Py4JJavaError wrapping java.io.FileNotFoundException
+            if "FileNotFound" in str(e):
+                return None
+            raise
+
+    def put(self, name: str, text: str, *, overwrite: bool = False) -> bool:
+        """Write ``text`` (one line) as file ``name`` unless it exists (``overwrite``: always); True when written."""
+        assert "\n" not in text
+        it = self._one(text)
+        if not self._made:
+            self._made = bool(self._fs.mkdirs(self._dir))
+        try:
+            self._log.write(self._path(name), it, overwrite, self._hconf)
+        except Exception as e:  # noqa: BLE001 - Py4JJavaError wrapping java.nio.file.FileAlreadyExistsException
+            if "FileAlreadyExists" in str(e):
+                return False
+            if not self._made or self._fs.exists(self._dir):
+                raise
+            self._made = False  # the directory was removed since this process made it (a crawl deleted)
+            return self.put(name, text, overwrite=overwrite)
+        return True
+
+    def delete(self, name: str) -> None:
+        self._fs.delete(self._path(name), False)
+
+
+_lock = threading.Lock()
+_open: dict[tuple[int, str], Records] = {}
+
+
+def at(spark, conf: Config, name: str) -> Records:
+    """This process's :class:`Records` of ``<storage.root>/<name>`` (one per JVM and directory)."""
+    key = (id(spark.sparkContext._jvm), f"{root(conf)}/{name}")
+    with _lock:
+        if key not in _open:
+            _open[key] = Records(spark, conf, name)
+        return _open[key]
