@@ -106,7 +106,6 @@ RULES: dict[str, Check] = {
     "spark.app_name": NON_EMPTY,
     "spark.local_max_failures": COUNT,
     "spark.driver_memory": matching(r"(?i)\d+[kmgtp]?b?", "a JVM memory size such as 2g or 512m"),
-    "spark.driver_java_options": ONE_LINE,
     "spark.shuffle_partitions": COUNT,
     "spark.ui_enabled": ANY,
     "spark.extra": each(_string(_key_value)),

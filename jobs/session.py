@@ -78,8 +78,6 @@ def build_session(conf: Config, *, app_suffix: str = ""):
     if "spark.master" not in _submitted_conf():
         builder = builder.master(local_master(conf.spark.master, conf.spark.local_max_failures)).config(
             "spark.driver.memory", conf.spark.driver_memory)
-        if conf.spark.driver_java_options:
-            builder = builder.config("spark.driver.extraJavaOptions", conf.spark.driver_java_options)
         if conf.spark.master.startswith("local"):
             # Delta reads its log with 50 tasks by default: pure overhead on a laptop.
             builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
