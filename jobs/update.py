@@ -141,7 +141,7 @@ What update scans, and how it grows:
   where some host reached its budget. ``frontier_size`` costs no scan of its
   own: the eligible rows of the pinned snapshot are counted on the full scan
   the first semi-join makes anyway, plus the MERGE source's status changes
-  (``_Counters``); every other counter is counted by the staged write that
+  (``jobs.update_counters.Counters``); every other counter is counted by the staged write that
   computes its rows.
 - ``hosts`` is read the same way, semi-joined with the round's hosts.
 - trap detection reads ``host``/``simhash`` of all rows (semi-joined with the
@@ -168,8 +168,8 @@ from jobs import common, faults, ledger
 from jobs import hosts_transforms as HT
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
+from jobs.update_counters import Counters
 from schemas import counters
-from schemas.status import ELIGIBLE, Status
 from schemas.tables import CRAWLDB, HOSTS, TABLES
 
 _META = "spark.databricks.delta.commitInfo.userMetadata"
@@ -202,7 +202,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     ``observe(name, df)`` is applied to the one full scan of the crawl DB that the
     first of them computes (name ``crawldb``, before the semi-join with the round's
     URLs) and to the new hosts rows before they are kept (``hosts``): ``run`` counts
-    its counters there (:class:`_Counters`), so no count needs a job of its own.
+    its counters there (:class:`jobs.update_counters.Counters`), so no count needs a job of its own.
     """
     park = conf.politeness.failure_park_duration_s
     scan = observe("crawldb", crawldb)
@@ -268,7 +268,7 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
 
     def keep(df):  # intermediate results: written once, read back with a one-scan lineage
         return _staged(spark, df, f"{stage}/part-{next(kept)}")
-    observed = _Counters(now)
+    observed = Counters(now)
     p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, keep=keep, observe=observed)
     # the plan is computed once, into Parquet, before any commit; the counters by the same writes
     staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in (
@@ -326,69 +326,6 @@ def _version(spark, conf: Config, name: str) -> int:
 def _at(spark, conf: Config, name: str, version: int):
     """Table ``name`` as of ``version``: the pre-round snapshot the ledger recorded, however many commits came since."""
     return spark.read.format("delta").option("versionAsOf", int(version)).load(common.table_path(conf, name))
-
-
-def _eligible(col) -> Any:
-    """1 for a status generate may select (``schemas.status.ELIGIBLE``), else 0 (null too)."""
-    from pyspark.sql import functions as F
-    return F.when(col.isin([s.value for s in ELIGIBLE]), 1).otherwise(0).cast("long")
-
-
-def _metrics(name: str, now: dt.datetime) -> list:
-    """The aggregate Columns counted over the rows of ``name`` (see :class:`_Counters`)."""
-    from pyspark.sql import functions as F
-
-    def n(cond):
-        return F.sum(F.when(cond, 1).otherwise(0).cast("long"))
-    kind, status = F.col("_kind"), F.col("status")
-    if name == "crawldb":  # every row of the pre-round snapshot
-        return [F.sum(_eligible(status)).alias("frontier_before")]
-    if name == "crawldb_source":
-        # what the MERGE changes: a matched row (update, budget) goes from _was to status; an
-        # inserted one (update or new, absent from the snapshot: _was null) from nothing to status
-        was = F.col(T.WAS)
-        applied = (kind.isin("update", "budget") & was.isNotNull()) | (kind.isin("update", "new") & was.isNull())
-        return [n(kind == "new").alias("new_urls"), n(kind == "update").alias("updated_urls"),
-                n((kind == "update") & (status == Status.DUPLICATE.value)).alias("duplicates"),
-                n(status == Status.BUDGET_EXHAUSTED.value).alias("budget_exhausted"),
-                F.sum(F.when(applied, _eligible(status) - _eligible(was)).otherwise(0)).alias("frontier_change"),
-                *[n(status == s.value).alias(f"status_{s.value}") for s in Status]]
-    if name == "hosts":
-        parked = F.col("park_reason").startswith("trap:") & (F.col("parked_until") > T.ts(now))
-        return [F.count(F.lit(1)).alias("hosts_updated"), n(F.col("round_cap").isNotNull()).alias("hosts_throttled"),
-                n(parked).alias("hosts_trap_parked")]
-    return [F.count(F.lit(1)).alias("fetch_log_rows" if name == "fetch_log" else name)]
-
-
-class _Counters:
-    """The round's counters, computed by the writes that compute their rows anyway (``DataFrame.observe``:
-    an aggregate over the rows flowing through, returned with the action), so none is a Spark job of
-    its own: the crawl-DB scan of the plan's first staged write, the hosts rows, the three staged sources.
-
-    ``frontier_size`` (URLs in an eligible status after the MERGE) = the eligible rows of the pinned
-    pre-round snapshot + the MERGE's change (per source row: eligible(new status) - eligible(``_was``)).
-    Exact because the MERGE applies every source row the sum counts: the snapshot is the one the
-    rows were computed from, no row of it has ``updated_round >= N``, and ``new`` rows are absent from
-    it. A rerun after a crash reads the same snapshot (its versions are in the ledger row) and
-    restages the same rows, so it counts the same numbers; the commits already made change nothing
-    it counts. A count of the crawl DB after the MERGE would include what a writer other than this
-    round's update committed meanwhile (an inject between a crash and the rerun): this one does not.
-    """
-
-    def __init__(self, now: dt.datetime):
-        self.now, self.seen = now, {}
-
-    def __call__(self, name: str, df):
-        from pyspark.sql import Observation
-        self.seen[name] = Observation(f"update_{name}")
-        return df.observe(self.seen[name], *_metrics(name, self.now))
-
-    def counts(self) -> dict[str, int]:
-        """The counters (after every observed DataFrame ran its write); status_* only when not 0."""
-        got = {k: int(v or 0) for o in self.seen.values() for k, v in o.get.items()}
-        out = {k: v for k, v in got.items() if v or not k.startswith("status_")}
-        out["frontier_size"] = out.pop("frontier_before") + out.pop("frontier_change")
-        return out
 
 
 def _tagged(spark, tag: str):
