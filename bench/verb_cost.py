@@ -123,11 +123,10 @@ class Meter:
 
 def instrument(meter: Meter) -> None:
     """Wrap the steps of generate.run and update.run (module attributes they look up at call time)."""
-    from jobs import generate, ledger, resolve, update
+    from jobs import common, generate, ledger, resolve, update
 
-    for mod, names in ((ledger, ("step", "set_state")), (resolve, ("run",)),
-                       (update, ("plan", "_staged", "_merge_crawldb", "_merge_hosts",
-                                 "_append", "_version", "_remove"))):
+    for mod, names in ((ledger, ("step", "set_state")), (resolve, ("run",)), (common, ("version",)),
+                       (update, ("plan", "_staged", "_merge_crawldb", "_merge_hosts", "_append", "_remove"))):
         for n in names:
             meter.wrap(mod, n, f"{mod.__name__.split('.')[-1]}.{n}")
     # the rest of generate.run: its select + count + write, between resolve and the ledger write
@@ -215,7 +214,35 @@ def synthetic_fetch(spark, conf, n: int, links: int, row: dict, now: dt.datetime
                          TABLES["fetch_output"])
     (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
      .save(common.table_path(conf, "fetch_output")))
-    return ledger.set_state(spark, conf, n, "fetched", old=row)
+    return ledger.set_state(spark, conf, n, "fetched", old=row, fetched_at=now)
+
+
+PIPELINED = "GENERATE (pipelined: round N fetched, not merged)"
+
+
+def pipelined(meter: Meter, spark, conf, args, now: dt.datetime) -> list[dict]:
+    """``--pipeline``: round 1 generated and fetched, then per repeat round N+1 generated beside
+    round N (``generate.pipeline``: the step between two fetches) and round N updated, as
+    ``jobs.rounds.crawl`` runs them; update is measured alone here, not beside a fetch."""
+    from jobs import generate, update
+
+    with meter.step("GENERATE"):
+        g = generate.run(spark, conf, now=now)
+    with meter.step(f"synthetic fetch ({g['generated']:,} URLs)"):
+        row = synthetic_fetch(spark, conf, g["round"], args.links, g["row"], now)
+    results, fetched_at = [], now
+    for _ in range(args.repeat):
+        now = now + dt.timedelta(seconds=1)
+        with meter.step(PIPELINED):
+            g = generate.run(spark, conf, now=now, row=row, pipeline=True)
+        with meter.step("UPDATE"):
+            u = update.run(spark, conf, round_no=row["round"], row=row, now=fetched_at)
+        results.append({"round": row["round"], "new_urls": u["new_urls"], "next_generated": g["generated"]})
+        with meter.step(f"synthetic fetch ({g['generated']:,} URLs)"):
+            row, fetched_at = synthetic_fetch(spark, conf, g["round"], args.links, g["row"], now), now
+    with meter.step("UPDATE"):
+        update.run(spark, conf, round_no=row["round"], row=row, now=fetched_at)
+    return results
 
 
 def report(rows: list[dict]) -> str:
@@ -236,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="rounds (the first pays the JVM's first jobs)")
     p.add_argument("--set", action="append", default=[], help="a configuration KEY=VALUE (repeatable)")
     p.add_argument("--job-names", action="store_true", help="also print the commonest job names of each step")
+    p.add_argument("--pipeline", action="store_true",
+                   help="generate each next round beside the last one's update (generate.pipeline), and time that")
     p.add_argument("--json", help="also write the raw figures here")
     args = p.parse_args(argv)
 
@@ -265,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
             synthetic_crawldb(spark, conf, rows=args.rows, due=args.round, hosts=args.hosts, now=now)
         instrument(meter)
         row = None
-        for _ in range(args.repeat):
+        if args.pipeline:
+            results = pipelined(meter, spark, conf, args, now)
+        for _ in range(0 if args.pipeline else args.repeat):
             with meter.step("GENERATE"):
                 g = generate.run(spark, conf, now=now, row=row)
             with meter.step(f"synthetic fetch ({g['generated']:,} URLs)"):
@@ -287,7 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"session start (JVM + Delta, build_session): {start_s:.2f}s")
     print(report(meter.rows))
     top = [r for r in meter.rows if r["step"] in ("GENERATE", "UPDATE")]
-    for i in range(0, len(top) - 1, 2):
+    for r in meter.rows:
+        if r["step"] == PIPELINED:
+            print(f"pipelined: between round N fetched and round N+1 listed = {r['seconds']:.1f}s ({r['jobs']} jobs); "
+                  "update N runs beside fetch N+1")
+    for i in range(len(top) if args.pipeline else 0, len(top) - 1, 2):
         print(f"round {i // 2 + 1}: generate + update = {top[i]['seconds']:.1f} + {top[i + 1]['seconds']:.1f} = "
               f"{top[i]['seconds'] + top[i + 1]['seconds']:.1f}s ({top[i]['jobs'] + top[i + 1]['jobs']} jobs)")
     if args.json:

@@ -104,6 +104,22 @@ def read(spark, conf: Config, name: str):
         raise
 
 
+def version(spark, conf: Config, name: str) -> int:
+    """Table ``name``'s current version (one commit of its history read)."""
+    return int(table(spark, conf, name).history(1).select("version").collect()[0][0])
+
+
+def read_at(spark, conf: Config, name: str, at: int):
+    """Table ``name`` as of version ``at``, however many commits came since."""
+    return spark.read.format("delta").option("versionAsOf", int(at)).load(table_path(conf, name))
+
+
+def pinned(spark, conf: Config, name: str):
+    """Table ``name`` read at its current version: every scan of the DataFrame sees that one
+    version, whatever another thread commits meanwhile."""
+    return read_at(spark, conf, name, version(spark, conf, name))
+
+
 def table(spark, conf: Config, name: str):
     from delta.tables import DeltaTable
     return DeltaTable.forPath(spark, table_path(conf, name))
@@ -128,6 +144,13 @@ def conform(df, t: Table):
 #: is a staged Parquet file or a local row cannot change: the copy is a Spark job and a local
 #: checkpoint for nothing (measured: bench/verb_cost.py, RESULTS.md "Rounds that cost seconds").
 STABLE_MERGE_SOURCE = {"spark.databricks.delta.merge.materializeSource": "none"}
+
+#: Plans of joins of small staged files and one-column scans whose sizes are known when they are
+#: planned (update's, and generate's of a pipelined round): adaptive execution would run every
+#: exchange as a Spark job of its own, to re-plan from sizes that change no decision (measured:
+#: bench/verb_cost.py, RESULTS.md "Rounds that cost seconds"). Explicit broadcasts stay.
+STATIC_PLANS = {"spark.sql.adaptive.enabled": "false"}
+
 
 
 class session_conf:

@@ -45,7 +45,7 @@ from crawl_udfs.known_urls import KnownUrls
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
 from crawl_udfs.url_normalize import host_of
-from jobs import common, faults, generate, ledger, warc_staging
+from jobs import common, faults, generate, ledger, pending_round, warc_staging
 from schemas import counters
 from schemas.tables import FETCH_OUTPUT
 
@@ -293,10 +293,16 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
     from pyspark.sql import functions as F
 
     fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
-    hosts = common.read(spark, conf, "hosts")
+    hosts, crawldb = common.read(spark, conf, "hosts"), common.read(spark, conf, "crawldb")
+    prev = ledger.get_round(spark, conf, n - 1) if n > 1 else None
+    if prev is not None and prev["state"] == "fetched":  # pipelined: update n-1 may commit beside this fetch
+        hosts, crawldb = common.pinned(spark, conf, "hosts"), common.pinned(spark, conf, "crawldb")
+        prev_out = common.read(spark, conf, "fetch_output").where(F.col("round") == n - 1)
+        hosts = pending_round.hosts_after(hosts, prev_out, conf, round_no=n - 1, now=prev["fetched_at"])
+        crawldb = pending_round.known_urls(crawldb, prev_out)
     follow = {}
     if conf.fetch.follow_in_round:  # the crawl DB as generate left it: what update will read as known
-        follow = {"crawldb": common.read(spark, conf, "crawldb"), "follow_cap": generate.host_cap(
+        follow = {"crawldb": crawldb, "follow_cap": generate.host_cap(
             max_per_host=generate.max_urls_per_host(conf), max_pages_per_host=conf.budget.max_pages_per_host,
             delay_window_s=generate.delay_window_s(conf))}
     task = FetchTask(conf, n, common.warc_root(conf), retried=retried)

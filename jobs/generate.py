@@ -25,8 +25,10 @@ tasks (via update) and, for hosts never fetched, from the resolve step
 (``jobs/resolve.py``) that ``run`` calls before it reads ``hosts``.
 
 Round logic (the protocol is ``jobs.ledger.step``): a new round N = last + 1 is opened only
-when the last round is ``updated`` (or there is none); otherwise the unfinished
-round's number is returned and nothing is written. The list is written with a
+when the last round is ``updated`` (or there is none), or, for a pipelined crawl
+(``generate.pipeline``, :mod:`jobs.pending_round`), when it is ``fetched`` and every
+round before it is updated; otherwise the unfinished round's number is returned and
+nothing is written. The list is written with a
 ``replaceWhere round = N`` overwrite, then the ledger says ``generated``: a crash
 in between leaves the ledger at N-1 ``updated``, and the rerun overwrites round
 N's rows. When nothing is due no round is opened.
@@ -53,11 +55,12 @@ selected rows, counts them once and writes them from the cache.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
 from crawl_udfs.config import Config, ConfigError
-from jobs import common, faults, ledger, resolve
+from jobs import common, faults, ledger, pending_round, resolve
 from schemas import counters
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import FETCH_LIST, TABLES
@@ -179,44 +182,81 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     return chosen.withColumn("partition", partition).select(*LIST_COLUMNS, "discovery")
 
 
-def run(spark, conf: Config, *, now=None, row: dict | None = None) -> dict[str, Any]:
+def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: bool = False) -> dict[str, Any]:
     """Open round N and write its fetch list, or report the unfinished round. Returns the counts
-    (and under ``row`` the ledger row written). ``row`` is the last round's row when the caller has it."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+    (and under ``row`` the ledger row written). ``row`` is the last round's row when the caller has it.
 
+    With ``pipeline`` (``rounds.crawl`` under ``generate.pipeline``) round N opens when round N-1 is
+    ``fetched``, before its update: the crawl DB and hosts are read as update N-1 will leave them
+    (:mod:`jobs.pending_round`), and ``pending`` in the result is round N-1's row."""
     with common.Timer() as timer:
-        st = ledger.step(spark, conf, "generate", row=row)
+        st = ledger.step(spark, conf, "generate", row=row, pipeline=pipeline)
         if st.action == "skip":
             counts = st.row.get("counts") or {}
             return {"round": st.round, "resumed": True, "state": st.row["state"],
                     "generated": counts.get("generated", 0), "row": st.row}
-        now = now or common.now_utc()
-        resolve.run(spark, conf, now=now)
-        crawldb, hosts = common.read(spark, conf, "crawldb"), common.read(spark, conf, "hosts")
-        common.read(spark, conf, "fetch_list")  # fail early, with the one-line error, if it is missing
-        n = st.round
-        n_partitions = fetch_partitions(spark, conf)
-        selected = select_due(crawldb, hosts, now=now, max_per_host=max_urls_per_host(conf),
-                              top_n=conf.generate.top_n, discovery_share=conf.generate.discovery_share,
-                              n_partitions=n_partitions,
-                              max_pages_per_host=conf.budget.max_pages_per_host,
-                              max_bytes_per_host=conf.budget.max_bytes_per_host,
-                              delay_window_s=delay_window_s(conf)).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            agg = selected.agg(F.count(F.lit(1)).alias("n"),
-                               F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),
-                               F.countDistinct("host").alias("h")).collect()[0]
-            if agg.n == 0:
-                return {"round": None, "generated": 0}
-            out = common.conform(selected.withColumn("round", F.lit(n)), TABLES["fetch_list"])
-            (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
-             .save(common.table_path(conf, "fetch_list")))
-            faults.point("generate.after_write")
-        finally:
-            selected.unpersist()
+        now, pending = now or common.now_utc(), st.pending
+        static = common.session_conf(spark, common.STATIC_PLANS) if pending else contextlib.nullcontext()
+        n, n_partitions = st.round, fetch_partitions(spark, conf)
+        with static:  # a pipelined round's plans read staged and small inputs (see common.STATIC_PLANS)
+            agg = _write_list(spark, conf, n, now, pending)
+        if agg.n == 0:
+            return {"round": None, "generated": 0}
     counts = counters.checked("generate", {"generated": agg.n, "generated_discovery": agg.d,
                                            "generated_recrawl": agg.n - agg.d, "generated_hosts": agg.h})
     written = ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds},
                                old=st.row, n_partitions=n_partitions)
-    return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts, "row": written}
+    return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts, "row": written,
+            "pending": pending}
+
+
+def _write_list(spark, conf: Config, n: int, now, pending: dict | None):
+    """Select round ``n``'s fetch list (beside round ``pending`` when pipelined), write it unless it is
+    empty; returns its counts (``n``, ``d`` discovery, ``h`` hosts)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    crawldb = common.read(spark, conf, "crawldb")
+    if pending is not None:
+        crawldb = _pending_crawldb(spark, conf, crawldb, pending, now)
+    resolve.run(spark, conf, now=now, crawldb=crawldb)
+    hosts = common.read(spark, conf, "hosts")
+    if pending is not None:
+        hosts = pending_round.hosts_after(hosts, _round_rows(spark, conf, "fetch_output", pending), conf,
+                                          round_no=int(pending["round"]), now=pending["fetched_at"])
+    common.read(spark, conf, "fetch_list")  # fail early, with the one-line error, if it is missing
+    selected = select_due(crawldb, hosts, now=now, max_per_host=max_urls_per_host(conf),
+                          top_n=conf.generate.top_n, discovery_share=conf.generate.discovery_share,
+                          n_partitions=fetch_partitions(spark, conf),
+                          max_pages_per_host=conf.budget.max_pages_per_host,
+                          max_bytes_per_host=conf.budget.max_bytes_per_host,
+                          delay_window_s=delay_window_s(conf)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        agg = selected.agg(F.count(F.lit(1)).alias("n"),
+                           F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),
+                           F.countDistinct("host").alias("h")).collect()[0]
+        if agg.n:
+            out = common.conform(selected.withColumn("round", F.lit(n)), TABLES["fetch_list"])
+            (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
+             .save(common.table_path(conf, "fetch_list")))
+            faults.point("generate.after_write")
+    finally:
+        selected.unpersist()
+    return agg
+
+
+def _round_rows(spark, conf: Config, name: str, row: dict):
+    from pyspark.sql import functions as F
+    return common.read(spark, conf, name).where(F.col("round") == int(row["round"]))
+
+
+def _pending_crawldb(spark, conf: Config, crawldb, pending: dict, now):
+    """The due rows of the crawl DB as update of round ``pending`` will leave it, computed once into a
+    staged Parquet file (resolve and the selection both read it; the next round's generate overwrites it)."""
+    view = pending_round.generate_crawldb(crawldb, _round_rows(spark, conf, "fetch_list", pending),
+                                          _round_rows(spark, conf, "fetch_output", pending), conf,
+                                          round_no=int(pending["round"]), now=pending["fetched_at"])
+    path = f"{common.root(conf)}/staging/generate/pending"
+    due = due_urls(view, now)
+    due.write.mode("overwrite").parquet(path)
+    return spark.read.parquet(path)

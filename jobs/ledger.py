@@ -57,25 +57,38 @@ class Step:
     action: str
     round: int
     row: dict
+    #: generate with ``pipeline``: the ledger row of the round it opens beside (``fetched``, not merged yet)
+    pending: dict | None = None
 
 
 def rank(state: str | None) -> int:
     return STATES.index(state) if state in STATES else -1
 
 
-def step(spark, conf: Config, verb: str, *, round_no: int | None = None, row: dict | None = None) -> Step:
-    """The round protocol, once: what ``verb`` does for round ``round_no`` (default: the last).
+def step(spark, conf: Config, verb: str, *, round_no: int | None = None, row: dict | None = None,
+         pipeline: bool = False) -> Step:
+    """The round protocol, once: what ``verb`` does for round ``round_no`` (default: the last;
+    for update, the oldest round ``fetched`` when there is one).
 
     ``row`` is that round's ledger row when the caller has it (``rounds.crawl``); else it is read.
     generate takes the last round: a new round N+1 when it is ``updated`` (or the ledger is
-    empty), else it skips and the unfinished round is returned for the others to finish.
+    empty) or, with ``pipeline``, when it is ``fetched`` and every round before it is updated
+    (round N+1 then opens beside update N: :mod:`jobs.pending_round`); else it skips and the
+    unfinished round is returned for the others to finish. Rounds are updated in order: update
+    refuses round N while round N-1 is not ``updated``.
     """
     start, inside, end = STEPS[verb]
     if row is None:
-        row = get_round(spark, conf, round_no) if round_no is not None else last_round(spark, conf)
+        if round_no is not None:
+            row = get_round(spark, conf, round_no)
+        else:
+            row = (oldest_fetched(spark, conf) if verb == "update" else None) or last_round(spark, conf)
     if verb == "generate":
         if row is None or row["state"] == start:
             return Step(verb, "run", (int(row["round"]) if row else 0) + 1, {})
+        if pipeline and row["state"] == "fetched":
+            _merged_before(spark, conf, int(row["round"]))
+            return Step(verb, "run", int(row["round"]) + 1, {}, pending=row)
         return Step(verb, "skip", int(row["round"]), row)
     if row is None:
         where = "the round ledger is empty" if round_no is None else f"round {round_no} is not in the round ledger"
@@ -86,9 +99,25 @@ def step(spark, conf: Config, verb: str, *, round_no: int | None = None, row: di
     if state == inside:
         return Step(verb, "resume", n, row)
     if state == start:
+        if verb == "update":
+            _merged_before(spark, conf, n)
         return Step(verb, "run", n, row)
     before = next(v for v, s in STEPS.items() if s[2] == start)
     raise RoundError(f"round {n} is {state}, not {start}: run {before} for it before {verb}")
+
+
+def _merged_before(spark, conf: Config, n: int) -> None:
+    """Raise :class:`RoundError` unless round ``n - 1`` is ``updated`` (or absent): rounds merge in order."""
+    prev = get_round(spark, conf, n - 1) if n > 1 else None
+    if prev is not None and prev["state"] != "updated":
+        raise RoundError(f"round {n - 1} is {prev['state']}, not updated: update it before round {n}")
+
+
+def oldest_fetched(spark, conf: Config) -> dict[str, Any] | None:
+    """The oldest round in state ``fetched`` (fetched, not merged yet), or None."""
+    rows = current(spark, conf).rows
+    waiting = [n for n, r in rows.items() if r["state"] == "fetched"]
+    return copy(rows[min(waiting)]) if waiting else None
 
 
 def current(spark, conf: Config, chain: Chain | None = None) -> State:

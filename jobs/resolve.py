@@ -94,8 +94,12 @@ class ResolveTask:
                                          + [pa.array(has_row, pa.bool_())], names=[*RESOLVED_COLUMNS, "has_row"])
 
 
-def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
-    """Resolve the due hosts with no address and write ``hosts.ip``. Returns the counts."""
+def run(spark, conf: Config, *, now=None, crawldb=None) -> dict[str, Any]:
+    """Resolve the due hosts with no address and write ``hosts.ip``. Returns the counts.
+
+    ``crawldb`` is the crawl DB generate selects from (default: the table; a pipelined
+    round's view, ``jobs.pending_round.generate_crawldb``, adds the URLs a round not yet
+    merged discovered, whose new hosts are resolved before they are partitioned)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, StructField, StructType, StringType
@@ -103,7 +107,8 @@ def run(spark, conf: Config, *, now=None) -> dict[str, Any]:
     from jobs.generate import due_urls, fetch_partitions
 
     now = now or common.now_utc()
-    unknown = unknown_hosts(due_urls(common.read(spark, conf, "crawldb"), now), common.read(spark, conf, "hosts"))
+    crawldb = common.read(spark, conf, "crawldb") if crawldb is None else crawldb
+    unknown = unknown_hosts(due_urls(crawldb, now), common.read(spark, conf, "hosts"))
     schema = StructType([StructField(c, StringType()) for c in RESOLVED_COLUMNS]
                         + [StructField("has_row", BooleanType())])
     resolved = (unknown.repartition(fetch_partitions(spark, conf))

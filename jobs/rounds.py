@@ -6,12 +6,24 @@ crash left open is finished first. The ledger is read once; each verb hands
 the row it wrote to the next. Stops early
 when nothing is due. Prints one readable summary per round; the same counts
 are in the ``rounds`` table (each verb writes its own into the ledger).
+
+**Pipelined rounds** (``generate.pipeline``, on by default): once round N is
+fetched, round N+1 is generated at once from the crawl DB as update N will
+leave it (:mod:`jobs.pending_round`), and update N runs in a driver thread,
+in a session of its own, while fetch N+1 runs; the next generate waits for it.
+The hosts go from their last request of round N to their first of round N+1
+in the seconds generate takes, instead of generate plus update (bench/RESULTS.md,
+"Pipelined rounds"). At most one round is fetched and not merged; rounds are
+merged in order (``jobs.ledger.step``), and a crawl that stopped with two rounds
+open merges the older one before it resumes the newer. Embedded, the update's
+jobs run on ``spark.local_spare_slots`` task slots beside the fetch tasks.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TextIO
 
 from crawl_udfs.config import Config
@@ -20,24 +32,64 @@ from schemas import counters
 
 
 def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
+    """Run up to ``rounds`` rounds (generate, fetch, update each); returns how many were completed."""
     from jobs import fetch, generate, update
 
-    done = 0
+    pipeline = bool(conf.generate.pipeline)
+    _merge_older(spark, conf, out)
+    done, started = 0, 0
     row = ledger.last_round(spark, conf)  # the one ledger read; each verb hands on the row it wrote
-    while done < rounds:
-        t0 = time.perf_counter()
-        g = generate.run(spark, conf, row=row)
-        if g["round"] is None:
-            print("nothing is due: stopping", file=out)
-            break
-        row = g["row"]
-        if g["resumed"]:
-            print(f"round {g['round']}: resuming from state {row['state']}", file=out)
-        row = fetch.run(spark, conf, row=row)["row"]
-        row = update.run(spark, conf, row=row, round_started=t0)["row"]
-        print(summary(row), file=out)
-        done += 1
+    t0: dict[int, float] = {}
+    merging: Future | None = None  # update of the previous round, beside this round's fetch
+    side = spark.newSession() if pipeline else None  # its own SQL settings: update's are not fetch's
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltacrawl-update") as pool:
+        try:
+            while started < rounds:
+                start = time.perf_counter()
+                g = generate.run(spark, conf, row=row, pipeline=pipeline)
+                if g["round"] is None:
+                    if row is not None and row["state"] == "fetched":  # nothing due even with its links:
+                        row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
+                        done += 1
+                        continue  # generate again from the merged crawl DB
+                    print("nothing is due: stopping", file=out)
+                    break
+                if g.get("pending"):
+                    p = g["pending"]
+                    print(f"round {p['round']}: updating beside the fetch of round {g['round']}", file=out)
+                    merging = pool.submit(update.run, side, conf, row=p, round_started=t0.get(p["round"]))
+                row = g["row"]
+                t0.setdefault(row["round"], start)
+                if g["resumed"]:
+                    print(f"round {g['round']}: resuming from state {row['state']}", file=out)
+                row = fetch.run(spark, conf, row=row)["row"]
+                started += 1
+                if merging is not None:
+                    _updated(merging.result(), out)
+                    merging, done = None, done + 1
+                if not pipeline or started >= rounds:
+                    row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
+                    done += 1
+        finally:
+            if merging is not None:
+                merging.result()  # never leave an update half-way behind: its error, if any, is raised here
     return done
+
+
+def _updated(result: dict, out: TextIO) -> dict:
+    print(summary(result["row"]), file=out)
+    return result["row"]
+
+
+def _merge_older(spark, conf: Config, out: TextIO) -> None:
+    """Update the rounds fetched and not merged below the last one (a pipelined crawl stopped with
+    two rounds open), oldest first, so the last round resumes on a merged crawl DB."""
+    from jobs import update
+
+    last = ledger.last_round(spark, conf)
+    while last is not None and (w := ledger.oldest_fetched(spark, conf)) is not None and w["round"] < last["round"]:
+        print(f"round {w['round']}: updating it before round {last['round']} resumes", file=out)
+        _updated(update.run(spark, conf, row=w), out)
 
 
 def summary(row: dict) -> str:

@@ -76,8 +76,11 @@ def build_session(conf: Config, *, app_suffix: str = ""):
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
     if "spark.master" not in _submitted_conf():
-        builder = builder.master(local_master(conf.spark.master, conf.spark.local_max_failures)).config(
-            "spark.driver.memory", conf.spark.driver_memory)
+        master, cores = with_spare_slots(local_master(conf.spark.master, conf.spark.local_max_failures),
+                                         conf.spark.local_spare_slots)
+        builder = builder.master(master).config("spark.driver.memory", conf.spark.driver_memory)
+        if cores:
+            builder = builder.config("spark.default.parallelism", str(cores))
         if conf.spark.master.startswith("local"):
             # Delta reads its log with 50 tasks by default: pure overhead on a laptop.
             builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
@@ -97,6 +100,16 @@ def local_master(master: str, max_failures: int) -> str:
     if not m:
         return master
     return f"local[{m.group(1) or 1},{max_failures}]"
+
+
+def with_spare_slots(master: str, spare: int) -> tuple[str, int | None]:
+    """``local[N,F]`` as ``local[N+spare,F]`` and N (``*``: the machine's cores), for
+    ``spark.default.parallelism``; any other master as given, with None."""
+    m = re.fullmatch(r"local\[(\*|\d+),(\d+)\]", master)
+    if not m or spare <= 0:
+        return master, None
+    cores = (len(os.sched_getaffinity(0)) or 1) if m.group(1) == "*" else int(m.group(1))
+    return f"local[{cores + spare},{m.group(2)}]", cores
 
 
 def _submitted_conf() -> dict[str, str]:

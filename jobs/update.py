@@ -173,11 +173,8 @@ from schemas import counters
 from schemas.tables import CRAWLDB, HOSTS, TABLES
 
 _META = "spark.databricks.delta.commitInfo.userMetadata"
-#: Update's plans are joins of small staged files and one-column scans whose sizes are known when
-#: they are planned: adaptive execution would run every exchange as a Spark job of its own, to
-#: re-plan from sizes that change no decision (measured: bench/verb_cost.py, RESULTS.md "Rounds
-#: that cost seconds"). Off while update plans and writes; the explicit broadcasts stay.
-STATIC_PLANS = {"spark.sql.adaptive.enabled": "false"}
+#: Adaptive execution off while update plans and writes (why: ``common.STATIC_PLANS``).
+STATIC_PLANS = common.STATIC_PLANS
 
 
 @dataclass(frozen=True)
@@ -241,8 +238,8 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
             return {"round": n, "skipped": True, "state": row["state"], "row": row}
         now = now or row.get("fetched_at") or common.now_utc()
         if row.get("crawldb_version") is None or row.get("hosts_version") is None:
-            row = ledger.set_state(spark, conf, n, "fetched", old=row, crawldb_version=_version(spark, conf, "crawldb"),
-                                   hosts_version=_version(spark, conf, "hosts"))
+            row = ledger.set_state(spark, conf, n, "fetched", old=row, crawldb_version=common.version(spark, conf, "crawldb"),
+                                   hosts_version=common.version(spark, conf, "hosts"))
         with common.session_conf(spark, STATIC_PLANS):
             counts = _write(spark, conf, n, row, now)
     seconds = {"update": timer.seconds}
@@ -259,8 +256,8 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
     from pyspark.sql import functions as F
 
     tag = f"deltacrawl update round {n}"
-    crawldb = _at(spark, conf, "crawldb", row["crawldb_version"])
-    hosts = _at(spark, conf, "hosts", row["hosts_version"])
+    crawldb = common.read_at(spark, conf, "crawldb", row["crawldb_version"])
+    hosts = common.read_at(spark, conf, "hosts", row["hosts_version"])
     fetch_output = common.read(spark, conf, "fetch_output").where(F.col("round") == n)
     fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
     stage = staging_dir(conf, n)
@@ -316,16 +313,6 @@ def _remove(path: str) -> None:
         fs.delete_dir(base)
     except FileNotFoundError:
         pass
-
-
-def _version(spark, conf: Config, name: str) -> int:
-    """Table ``name``'s current version (one commit of its history read)."""
-    return int(common.table(spark, conf, name).history(1).select("version").collect()[0][0])
-
-
-def _at(spark, conf: Config, name: str, version: int):
-    """Table ``name`` as of ``version``: the pre-round snapshot the ledger recorded, however many commits came since."""
-    return spark.read.format("delta").option("versionAsOf", int(version)).load(common.table_path(conf, name))
 
 
 def _tagged(spark, tag: str):

@@ -73,14 +73,20 @@ def with_followed(fetch_list: DataFrame, pages: DataFrame) -> DataFrame:
     return listed.unionByName(followed.select([F.col(c).cast(listed.schema[c].dataType) for c in cols]))
 
 
-def prepare(pages: DataFrame, fetch_list: DataFrame, crawldb: DataFrame) -> DataFrame:
+def prepare(pages: DataFrame, fetch_list: DataFrame, crawldb: DataFrame | None) -> DataFrame:
     """Page rows of one round, with ``_list_depth``/``_list_score``/``_list_hops`` from the
-    fetch list and the URL's crawl-DB row as ``o_<column>`` (null when absent), and ``_cat``."""
+    fetch list and the URL's crawl-DB row as ``o_<column>`` (null when absent), and ``_cat``.
+
+    ``crawldb`` None: every ``o_`` column null, no crawl-DB read (what :func:`discover`'s edges
+    need: a page's depth and score come from the fetch list, in-round pages' included)."""
     fl = fetch_list.select("url_fp", F.col("depth").alias("_list_depth"), F.col("score").alias("_list_score"),
                            F.col("redirect_hops").alias("_list_hops"))
-    p = pages.where(F.col("kind") == "page").dropDuplicates(["url_fp"])
-    old = touching(crawldb, p, "url_fp").select([F.col(f.name).alias(f"o_{f.name}") for f in CRAWLDB.fields])
-    p = p.join(fl, "url_fp", "left").join(old, F.col("url_fp") == F.col("o_url_fp"), "left")
+    p = pages.where(F.col("kind") == "page").dropDuplicates(["url_fp"]).join(fl, "url_fp", "left")
+    if crawldb is None:
+        p = p.select("*", *[F.lit(None).cast(f.dataType).alias(f"o_{f.name}") for f in CRAWLDB.fields])
+    else:
+        old = touching(crawldb, p, "url_fp").select([F.col(f.name).alias(f"o_{f.name}") for f in CRAWLDB.fields])
+        p = p.join(old, F.col("url_fp") == F.col("o_url_fp"), "left")
     return p.withColumn(CAT, category(F.col("outcome"), F.col("status_code")))
 
 

@@ -1,0 +1,131 @@
+"""Pipelined rounds (``generate.pipeline``): round N+1 generated from round N's fetch output and fetched
+while update N runs (``jobs/rounds.py``, ``jobs/pending_round.py``).
+
+One crawl of a small test web through the CLI (in process, the suite's session), two rounds with a
+per-round cap and a page budget below two rounds of it, so round 1 leaves work for round 2 and the
+budget binds while round 1 is not merged. Judged from the ledger's timestamps, the tables and
+the test web's own request log. The protocol's rules (which round may open, which may be merged)
+are checked on a bare ledger.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from crawl_udfs import config
+from jobs import cli, common, ledger, ledger_chain
+from jobs.ledger import RoundError
+from tests.summary import note
+from tests.testweb import TestWeb
+
+DELAY = 0.5
+ROUNDS = 2
+CAP = 3            # generate.max_urls_per_host
+BUDGET = 3         # budget.max_pages_per_host: round 1 fetches the home page, round 2 only 2 of its CAP
+
+
+@pytest.fixture(scope="module")
+def crawled(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("pipeline")
+    with TestWeb(d / "web", n_hosts=12, seed=5, kinds=["site"]) as web:
+        overlay = d / "pipeline.toml"
+        overlay.write_text(
+            f'[storage]\nroot = "{d / "crawl"}"\n'
+            f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
+            f"[politeness]\nhost_delay_s = {DELAY}\n"
+            "[fetch]\ntask_budget_s = 6.0\ntotal_timeout_s = 5.0\nfollow_in_round = false\n"
+            f"[budget]\nmax_pages_per_host = {BUDGET}\n"
+            f"[generate]\nmax_urls_per_host = {CAP}\nfetch_partitions = 2\npipeline = true\n")
+        seeds = d / "seeds.txt"
+        seeds.write_text("\n".join(web.seeds()) + "\n")
+        base = ["--conf", str(overlay)]
+        assert cli.main(base + ["init"]) == 0
+        assert cli.main(base + ["inject", str(seeds)]) == 0
+        assert cli.main(base + ["crawl", "--rounds", str(ROUNDS)]) == 0
+        conf = config.load([overlay])
+        v = web.violations(host_delay_s=DELAY, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
+        yield web, conf, web.log(), v
+
+
+def _table(spark, conf, name):
+    return spark.read.format("delta").load(common.table_path(conf, name))
+
+
+def test_update_of_a_round_runs_beside_the_next_fetch(spark, crawled):
+    web, conf, log, v = crawled
+    rows = ledger.current(spark, conf).rows
+    assert sorted(rows) == list(range(1, ROUNDS + 1)) and all(r["state"] == "updated" for r in rows.values())
+    for n in range(1, ROUNDS):
+        # update N ended after fetch N+1 began, and began before fetch N+1 ended: they overlapped
+        assert rows[n]["updated_at"] > rows[n + 1]["fetch_started_at"], (n, rows[n], rows[n + 1])
+        assert rows[n + 1]["generated_at"] < rows[n]["updated_at"]
+    gaps = [(rows[n + 1]["fetch_started_at"] - rows[n]["fetched_at"]).total_seconds() for n in range(1, ROUNDS)]
+    note(f"pipelined rounds: seconds from round N fetched to round N+1 fetching: {[round(g, 1) for g in gaps]}")
+
+
+def test_next_round_fetches_what_the_previous_one_found_once_and_politely(spark, crawled):
+    web, conf, log, v = crawled
+    note("pipelined crawl (server-side): " + v.summary().replace("\n", "; "))
+    assert v.clean, v.summary()
+    pages = collections.Counter((r["host"], r["path"]) for r in log if not r["path"].startswith("/robots.txt"))
+    assert pages and max(pages.values()) == 1, [k for k, c in pages.items() if c > 1]
+    crawldb = _table(spark, conf, "crawldb")
+    fetch_list = _table(spark, conf, "fetch_list")
+    # URLs round 1 discovered were listed in round 2, generated from round 1's fetch output before
+    # update 1 inserted them, with the depth and score update 1 gave them
+    found = crawldb.where("discovered_round = 1").select("url_fp", "depth", "score")
+    listed = fetch_list.where("round = 2").select("url_fp", "depth", "score")
+    both = found.join(listed, "url_fp").collect()
+    assert len(both) >= 5, len(both)
+    mismatched = (found.alias("c").join(listed.alias("l"), "url_fp")
+                  .where("c.depth != l.depth OR abs(c.score - l.score) > 1e-12").count())
+    assert mismatched == 0
+    # and round 1's own URLs were not listed again in round 2
+    assert fetch_list.where("round = 1").join(listed, "url_fp").count() == 0
+
+
+def test_budget_holds_while_the_previous_round_is_not_merged(spark, crawled):
+    web, conf, log, v = crawled
+    answered = collections.Counter(r["host"] for r in log
+                                   if not r["path"].startswith("/robots.txt") and r["status"] is not None)
+    big = [h.name for h in web.plan.hosts.values() if len(h.pages) > 2 * BUDGET]
+    assert big, "the test web has no host larger than the budget"
+    note(f"pipelined crawl: pages per large host {sorted(answered[h] for h in big)} (budget {BUDGET})")
+    assert max(answered.values()) <= BUDGET, answered.most_common(3)
+    assert max(answered[h] for h in big) == BUDGET  # and it was reached: round 2 got the rest
+
+
+# -- the protocol, on a bare ledger -------------------------------------------------------------------
+@pytest.fixture
+def bare(spark, tmp_path):
+    c = config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"'])
+    ledger_chain.Chain(spark, c).seed([])
+    yield c
+    ledger_chain._cache.pop(common.root(c), None)
+
+
+def _to(spark, conf, n, *states):
+    row = ledger.get_round(spark, conf, n) or {}
+    for s in states:
+        row = ledger.set_state(spark, conf, n, s, old=row, n_partitions=1)
+    return row
+
+
+def test_a_round_opens_beside_a_fetched_one_and_rounds_merge_in_order(spark, bare):
+    r1 = _to(spark, bare, 1, "generated", "fetching", "fetched")
+    assert ledger.step(spark, bare, "generate", row=r1).action == "skip"   # not pipelined: wait for update
+    st = ledger.step(spark, bare, "generate", row=r1, pipeline=True)
+    assert (st.action, st.round, st.pending["round"]) == ("run", 2, 1)
+    _to(spark, bare, 2, "generated", "fetching", "fetched")
+    # round 2 cannot be merged before round 1; update picks round 1 by default
+    with pytest.raises(RoundError, match="round 1 is fetched, not updated: update it before round 2"):
+        ledger.step(spark, bare, "update", round_no=2)
+    assert ledger.step(spark, bare, "update").round == 1
+    # and no third round opens while two are unmerged
+    with pytest.raises(RoundError, match="round 1 is fetched"):
+        ledger.step(spark, bare, "generate", pipeline=True)
+    _to(spark, bare, 1, "updated")
+    assert ledger.step(spark, bare, "update").round == 2
+    assert ledger.step(spark, bare, "generate", pipeline=True).round == 3
