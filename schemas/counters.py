@@ -52,9 +52,11 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("bytes", "fetch", "body bytes received on the wire"),
     Counter("politeness_wait_ms", "fetch", "milliseconds URLs waited for their host, summed over URLs"),
     Counter("outlinks_filtered", "fetch", "outlinks and redirect targets the admission rules rejected"),
-    Counter("new_urls", "update", "URLs first discovered this round (inserted into crawldb)"),
-    Counter("updated_urls", "update", "crawldb rows of the round's fetched URLs rewritten"),
-    Counter("duplicates", "update", "of them, marked exact duplicates of another URL's copy"),
+    Counter("new_urls", "update", "URLs first discovered this round: every row the MERGE inserts into crawldb "
+                                  "(new outlinks, and URLs followed and fetched inside the round)"),
+    Counter("updated_urls", "update", "crawldb rows of the round's fetched URLs rewritten (rows that existed before)"),
+    Counter("duplicates", "update", "fetched URLs of the round (rewritten or followed in-round) marked exact "
+                                    "duplicates of another URL's copy"),
     Counter("budget_exhausted", "update", "crawldb rows left budget_exhausted by this round's MERGE source"),
     Counter("hosts_updated", "update", "hosts rows written (hosts seen this round)"),
     Counter("hosts_throttled", "update", "of them, throttled by trap detection (round_cap set)"),

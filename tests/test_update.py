@@ -12,6 +12,7 @@ from crawl_udfs.config import ConfigError
 from crawl_udfs.url_normalize import fingerprint, host_of
 from jobs import hosts_transforms as HT
 from jobs import update_transforms as T
+from jobs.update_counters import Counters
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT, HOSTS
 
@@ -388,7 +389,12 @@ def test_a_url_followed_in_round_is_inserted_as_if_generated_and_fetched(spark):
     p = update.plan(frame(spark, [old(par, score=0.8)], CRAWLDB), no_hosts(spark), frame(spark, pages, FETCH_OUTPUT),
                     frame(spark, [listed(par, score=0.8)], FETCH_LIST), conf, round_no=3, now=NOW,
                     keep=lambda d: d.persist())
-    src = by_url(p.crawldb_source)
+    observed = Counters(NOW)
+    src = by_url(observed("crawldb_source", p.crawldb_source))
+    # the MERGE inserts kid (followed: kind update, absent from the crawl DB), grand and other (new): all
+    # three are new URLs; only the parent's row existed
+    got = observed.seen["crawldb_source"].get
+    assert (got["new_urls"], got["updated_urls"]) == (3, 1), got
     k = src[kid]
     assert (k["_kind"], k["status"], k["fetch_count"], k["digest"]) == ("update", "fetched", 1, "sha1:K")
     assert (k["depth"], k["score"], k["source_fp"]) == (1, kid_score, fingerprint(par))
