@@ -46,6 +46,8 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("in_round_pages", "fetch", "of them, URLs followed inside the round and tried (fetch.follow_in_round)"),
     Counter("pages_ok", "fetch", "pages with outcome ok (the same as fetched_ok, kept for readers of the ledger)"),
     Counter("not_attempted", "fetch", "pages never attempted (the same as fetched_not_attempted)"),
+    Counter("tail_cut", "fetch", "of them, left queued because a task ended its round on a thin tail "
+                                 "(crawl_udfs/tail.py; the rest: the window ended)"),
     Counter("hosts", "fetch", "host rows the fetch tasks returned"),
     Counter("requests", "fetch", "HTTP requests that reached a host, robots.txt included"),
     Counter("robots_requests", "fetch", "of them, robots.txt requests (redirect hops included)"),
