@@ -37,6 +37,12 @@ Scope rules (``[scope]``):
 
 Every rule applies to every kind; a seed has depth 0 and no source host, so
 the depth and same-host rules never reject one.
+
+What a followed link inherits from its page is defined here once too: which links
+are followed (:func:`followed`), its depth (:func:`link_depth`) and its score
+(:func:`link_score`), used by the fetch task when it follows a link inside the round
+(``host_runs``) and, built as Columns from the same functions, by update when it
+inserts a new URL (``update_transforms.discover``).
 """
 
 from __future__ import annotations
@@ -54,11 +60,41 @@ SEED = "seed"
 SAME_DOC_KINDS = ("redirect", "canonical")
 
 
+class PlainOps:
+    """The two operations :func:`link_depth` and :func:`link_score` need, on plain values. Update builds
+    the same rules as Columns by passing Column ones (``update_transforms.COLUMN_OPS``), so the task
+    (``host_runs.TaskHosts.follow``) and update (``update_transforms.discover``) share one definition."""
+
+    @staticmethod
+    def when(cond, then, otherwise):
+        return then if cond else otherwise
+
+    @staticmethod
+    def greatest(value, floor: int):
+        return max(value, floor)
+
+
+PLAIN = PlainOps()
+
+
+def link_depth(parent_depth, same_doc, ops=PLAIN):
+    """The depth of a followed link on a page at ``parent_depth``: one deeper; a redirect or canonical
+    target (``same_doc``: its kind is in :data:`SAME_DOC_KINDS`) names the same document: the page's."""
+    return ops.when(same_doc, parent_depth, parent_depth + 1)
+
+
+def link_score(parent_score, same_doc, n_sharing, score_decay: float, ops=PLAIN):
+    """The score a followed link inherits: the page's score x ``scope.score_decay``, shared among the
+    page's ``n_sharing`` followed links that are not same-document targets (:func:`shares_score`); a
+    redirect or canonical target (``same_doc``) keeps the page's score."""
+    return ops.when(same_doc, parent_score, parent_score * score_decay / ops.greatest(n_sharing, 1))
+
+
 def depth_of(parent_depth: int, kind: str) -> int:
     """The depth of a URL of ``kind`` found on a page at ``parent_depth`` (a seed: 0)."""
     if kind == SEED:
         return 0
-    return parent_depth if kind in SAME_DOC_KINDS else parent_depth + 1
+    return link_depth(parent_depth, kind in SAME_DOC_KINDS)
 
 
 def followed(kind: str, nofollow: bool, *, follow_nofollow: bool) -> bool:
@@ -66,6 +102,12 @@ def followed(kind: str, nofollow: bool, *, follow_nofollow: bool) -> bool:
     always, other links unless nofollow (all with ``parse.follow_nofollow``). ``update_transforms._followed``
     is the same rule as a Column (tests/test_admission.py runs both on every combination)."""
     return follow_nofollow or kind in SAME_DOC_KINDS or not nofollow
+
+
+def shares_score(kind: str, nofollow: bool, *, follow_nofollow: bool) -> bool:
+    """Whether a followed outlink takes a share of its page's score (:func:`link_score`): not a
+    redirect or canonical target, which keeps the page's whole score."""
+    return kind not in SAME_DOC_KINDS and followed(kind, nofollow, follow_nofollow=follow_nofollow)
 
 
 class Admission:

@@ -19,7 +19,8 @@ Guarantees:
   its ``follow_cap`` (generate's per-host cap: budget, trap throttle, window / delay);
   links are followed only as update would follow them (not nofollow, not redirect or
   canonical targets), at depth parent + 1 (admission already applied ``scope.max_depth``
-  with the page's depth) and score parent x ``scope.score_decay`` / followed links.
+  with the page's depth) and score parent x ``scope.score_decay`` / followed links: the rules
+  update gives the same link as a new URL, defined once (``admission.link_depth`` / ``link_score``).
   A followed URL that was tried comes back as a result with ``in_round`` set
   (:meth:`TaskHosts.followed_results`); one never tried (deferred, not attempted)
   leaves no row: it is still its parent's outlink, and update inserts it unfetched.
@@ -33,7 +34,7 @@ import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
-from crawl_udfs.admission import SAME_DOC_KINDS, depth_of, followed
+from crawl_udfs.admission import depth_of, link_score, shares_score
 from crawl_udfs.config import Config
 from crawl_udfs.fetcher import FetchResponse
 from crawl_udfs.known_urls import KnownUrls
@@ -148,10 +149,10 @@ class TaskHosts:
         if not result.outlinks:
             return 0
         follow_nofollow = self.conf.parse.follow_nofollow
-        links = [o for o in result.outlinks
-                 if o.kind not in SAME_DOC_KINDS and followed(o.kind, o.nofollow, follow_nofollow=follow_nofollow)]
-        # update's rule for a new URL's score (update_transforms.discover): the parent's share per followed link
-        score = parent.score * self.conf.scope.score_decay / max(len(links), 1)
+        # redirect and canonical targets are not followed here (they wait for update): the links that share
+        # the page's score; the score and depth rules are update's (crawl_udfs.admission.link_score/link_depth)
+        links = [o for o in result.outlinks if shares_score(o.kind, o.nofollow, follow_nofollow=follow_nofollow)]
+        score = link_score(parent.score, False, len(links), self.conf.scope.score_decay)
         queued = 0
         for link in links:
             run = self.runs.get(link.host or host_of(link.url))

@@ -79,7 +79,7 @@ from crawl_udfs.robots import RobotsPolicy
 from crawl_udfs.robots_fetch import RobotsDone, RobotsFetch, robots_step
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
 from crawl_udfs.scheduler import PolitenessScheduler
-from crawl_udfs.tail import TailJudge
+from crawl_udfs.tail import TAIL_CUT, TailJudge
 from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, host_of
 from crawl_udfs.warc import RollingWarcWriter
 
@@ -161,7 +161,7 @@ class _Task:
                 await self.pages.close()  # every page handed over is finished and written
             finally:
                 warc.close()
-        self.hosts.finish_unattempted("tail_cut" if self.tail.cut() else "task_budget")
+        self.hosts.finish_unattempted(TAIL_CUT if self.tail.cut() else "task_budget")
         ordered = [self.hosts.results[id(i)] for i in self.items] + self.hosts.followed_results()
         return ordered, [self.hosts.host_result(run) for run in self.hosts.runs.values()]
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+#: ``error_class`` of a URL the cut left queued (outcome not_attempted); one the budget left: "task_budget".
+TAIL_CUT = "tail_cut"
 #: Seconds between two samples of the task's state (hosts with work, pages/s): Nutch
 #: samples its fetcher once a second too. Counting the hosts with work is O(hosts).
 SAMPLE_S = 1.0

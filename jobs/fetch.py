@@ -44,6 +44,7 @@ from crawl_udfs.config import Config
 from crawl_udfs.known_urls import KnownUrls
 from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
+from crawl_udfs.tail import TAIL_CUT
 from crawl_udfs.url_normalize import host_of
 from jobs import common, faults, generate, ledger, pending_round, warc_staging
 from schemas import counters
@@ -236,6 +237,8 @@ def round_counts(spark, conf: Config, round_no: int) -> dict[str, int]:
         return F.coalesce(F.sum(F.when(cond, value)), F.lit(0)).cast("long")
 
     aggs = [total(page & (F.col("outcome") == o.value)).alias(f"fetched_{o.value}") for o in Outcome]
+    cut = page & (F.col("outcome") == Outcome.NOT_ATTEMPTED.value) & (F.col("error_class") == TAIL_CUT)
+    aggs.append(total(cut).alias("tail_cut"))
     aggs += [total(page).alias("pages"), total(page & F.coalesce(F.col("in_round"), F.lit(False))).alias(
         "in_round_pages"), total(host).alias("hosts"),
              total(host, F.col("requests")).alias("requests"),

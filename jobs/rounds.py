@@ -101,11 +101,14 @@ def summary(row: dict) -> str:
         return counters.value(c, name)
 
     outcomes = {k: n for k, n in sorted(counters.family(c, "fetched_").items()) if n}
+    cut = v("tail_cut")  # of not_attempted, what a thin-tail cut left (the rest: the window ended)
+    by_outcome = ", ".join(f"{k}={n}" + (f" (tail cut {cut})" if cut and k == "not_attempted" else "")
+                           for k, n in outcomes.items()) or "none"
     fetch_s = s.get("fetch") or 0.0
     pages = sum(n for k, n in outcomes.items() if k not in ("not_attempted", "deferred"))
     lines = [
         f"round {row['round']}: {row['state']}",
-        "  pages by outcome: " + (", ".join(f"{k}={n}" for k, n in outcomes.items()) or "none"),
+        f"  pages by outcome: {by_outcome}",
         f"  bytes {v('bytes'):,}  requests {v('requests')} (robots.txt {v('robots_requests')})"
         f"  pages/s {pages / fetch_s if fetch_s else 0.0:.2f}",
         "  seconds: " + ", ".join(f"{k} {s[k]:.1f}" for k in ("generate", "fetch", "update", "round") if k in s),

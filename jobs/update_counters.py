@@ -26,10 +26,12 @@ def _metrics(name: str, now: dt.datetime) -> list:
         return [F.sum(_eligible(status)).alias("frontier_before")]
     if name == "crawldb_source":
         # what the MERGE changes: a matched row (update, budget) goes from _was to status; an
-        # inserted one (update or new, absent from the snapshot: _was null) from nothing to status
+        # inserted one (update or new, absent from the snapshot: _was null) from nothing to status.
+        # An inserted update row is a URL followed inside the round (fetch_output in_round): new too.
         was = F.col(T.WAS)
-        applied = (kind.isin("update", "budget") & was.isNotNull()) | (kind.isin("update", "new") & was.isNull())
-        return [n(kind == "new").alias("new_urls"), n(kind == "update").alias("updated_urls"),
+        inserted = kind.isin("update", "new") & was.isNull()
+        applied = (kind.isin("update", "budget") & was.isNotNull()) | inserted
+        return [n(inserted).alias("new_urls"), n((kind == "update") & was.isNotNull()).alias("updated_urls"),
                 n((kind == "update") & (status == Status.DUPLICATE.value)).alias("duplicates"),
                 n(status == Status.BUDGET_EXHAUSTED.value).alias("budget_exhausted"),
                 F.sum(F.when(applied, _eligible(status) - _eligible(was)).otherwise(0)).alias("frontier_change"),

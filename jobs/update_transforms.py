@@ -23,7 +23,7 @@ import datetime as dt
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from crawl_udfs.admission import SAME_DOC_KINDS
+from crawl_udfs.admission import SAME_DOC_KINDS, link_depth, link_score
 from crawl_udfs.rows import Outcome
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
@@ -256,6 +256,26 @@ def _followed(link: Column, follow_nofollow: bool) -> Column:
     return same_doc | ~F.coalesce(link.getField("nofollow"), F.lit(False))
 
 
+def _shares_score(link: Column, follow_nofollow: bool) -> Column:
+    """``crawl_udfs.admission.shares_score`` as a Column: followed, and not a redirect or canonical target."""
+    return _followed(link, follow_nofollow) & ~link.getField("kind").isin(*SAME_DOC_KINDS)
+
+
+class ColumnOps:
+    """``crawl_udfs.admission.PlainOps`` on Columns: the task's depth and score rules, built as Columns."""
+
+    @staticmethod
+    def when(cond: Column, then: Column, otherwise: Column) -> Column:
+        return F.when(cond, then).otherwise(otherwise)
+
+    @staticmethod
+    def greatest(value: Column, floor: int) -> Column:
+        return F.greatest(value, F.lit(floor))
+
+
+COLUMN_OPS = ColumnOps()
+
+
 def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow: bool, default_interval_s: float,
              round_no: int, now: dt.datetime) -> DataFrame:
     """Crawl-DB rows for URLs first found this round (absent from ``crawldb``), one per url_fp.
@@ -264,25 +284,23 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow:
     its page's host and depth), which also gave its ``host``: no rule is applied
     again here. ``scope`` is the ``[scope]`` section (``score_decay``). Followed: links not marked nofollow
     (all when ``follow_nofollow``), and redirect and canonical targets always.
-    depth = parent depth + 1 (redirect/canonical: parent depth; redirect:
-    redirect_hops = parent's + 1); score = parent score * score_decay / the
-    parent's followed links (redirect/canonical: the parent's score). Within
+    depth and score: ``crawl_udfs.admission.link_depth`` / ``link_score``, the rules the fetch task
+    gives a link it follows in the round (parent depth + 1, parent score * score_decay / the parent's
+    followed links; redirect/canonical: the parent's depth and score); a redirect target's
+    redirect_hops = the parent's + 1. Within
     the batch a URL keeps its smallest depth and largest score; its source is
     the parent of the shallowest path (then fewest hops, smallest src_fp).
     """
     e = _edges(prepared)
     same_doc = F.col("l.kind").isin(*SAME_DOC_KINDS)
-    n_links = F.size(F.filter("outlinks", lambda x: _followed(x, follow_nofollow)
-                                                      & ~x.getField("kind").isin(*SAME_DOC_KINDS)))
+    n_sharing = F.size(F.filter("outlinks", lambda x: _shares_score(x, follow_nofollow)))
     e = e.where(_followed(F.col("l"), follow_nofollow) & F.col("l.url_fp").isNotNull())
     e = e.select(
         F.col("l.url_fp").alias("url_fp"), F.col("l.url").alias("url"), F.col("l.host").alias("host"),
         "src_fp",
-        F.when(same_doc, F.col("src_depth")).otherwise(F.col("src_depth") + 1).alias("depth"),
+        link_depth(F.col("src_depth"), same_doc, COLUMN_OPS).alias("depth"),
         F.when(F.col("l.kind") == "redirect", F.col("src_hops") + 1).otherwise(F.lit(0)).alias("redirect_hops"),
-        F.when(same_doc, F.col("src_score"))
-         .otherwise(F.col("src_score") * F.lit(float(scope.score_decay)) / F.greatest(n_links, F.lit(1)))
-         .alias("score"))
+        link_score(F.col("src_score"), same_doc, n_sharing, float(scope.score_decay), COLUMN_OPS).alias("score"))
     best = F.min(F.struct("depth", "redirect_hops", "src_fp", "url", "host")).alias("b")
     d = e.groupBy("url_fp").agg(best, F.max("score").alias("score"))
     d = d.join(touching(crawldb.select("url_fp"), d, "url_fp"), "url_fp", "left_anti")

@@ -46,15 +46,19 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("in_round_pages", "fetch", "of them, URLs followed inside the round and tried (fetch.follow_in_round)"),
     Counter("pages_ok", "fetch", "pages with outcome ok (the same as fetched_ok, kept for readers of the ledger)"),
     Counter("not_attempted", "fetch", "pages never attempted (the same as fetched_not_attempted)"),
+    Counter("tail_cut", "fetch", "of them, left queued because a task ended its round on a thin tail "
+                                 "(crawl_udfs/tail.py; the rest: the window ended)"),
     Counter("hosts", "fetch", "host rows the fetch tasks returned"),
     Counter("requests", "fetch", "HTTP requests that reached a host, robots.txt included"),
     Counter("robots_requests", "fetch", "of them, robots.txt requests (redirect hops included)"),
     Counter("bytes", "fetch", "body bytes received on the wire"),
     Counter("politeness_wait_ms", "fetch", "milliseconds URLs waited for their host, summed over URLs"),
     Counter("outlinks_filtered", "fetch", "outlinks and redirect targets the admission rules rejected"),
-    Counter("new_urls", "update", "URLs first discovered this round (inserted into crawldb)"),
-    Counter("updated_urls", "update", "crawldb rows of the round's fetched URLs rewritten"),
-    Counter("duplicates", "update", "of them, marked exact duplicates of another URL's copy"),
+    Counter("new_urls", "update", "URLs first discovered this round: every row the MERGE inserts into crawldb "
+                                  "(new outlinks, and URLs followed and fetched inside the round)"),
+    Counter("updated_urls", "update", "crawldb rows of the round's fetched URLs rewritten (rows that existed before)"),
+    Counter("duplicates", "update", "fetched URLs of the round (rewritten or followed in-round) marked exact "
+                                    "duplicates of another URL's copy"),
     Counter("budget_exhausted", "update", "crawldb rows left budget_exhausted by this round's MERGE source"),
     Counter("hosts_updated", "update", "hosts rows written (hosts seen this round)"),
     Counter("hosts_throttled", "update", "of them, throttled by trap detection (round_cap set)"),

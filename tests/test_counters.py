@@ -45,6 +45,9 @@ def test_summary_reads_declared_counters():
     text = rounds.summary(row)
     assert "pages by outcome: deferred=1, ok=4" in text and "bytes 1,234  requests 6 (robots.txt 2)" in text
     assert "pages/s 2.00" in text and "politeness wait 1.5 s" in text and "new URLs 7  frontier 9" in text
+    assert "tail cut" not in text
+    row["counts"].update(fetched_not_attempted=5, tail_cut=3)   # of the 5 never tried, 3 left by the tail cut
+    assert "pages by outcome: deferred=1, not_attempted=5 (tail cut 3), ok=4" in rounds.summary(row)
 
 
 @pytest.mark.spark

@@ -203,6 +203,21 @@ def test_committed_but_unrecorded_round_is_closed_without_fetching(spark, fetche
     assert rec.rec_headers.get_header("WARC-Target-URI") == page.url
 
 
+def test_round_counts_say_how_many_urls_the_tail_cut_left(spark, tmp_path):
+    """Of the not_attempted pages, ``tail_cut`` counts those a thin-tail cut left queued (crawl_udfs/tail.py),
+    not those the window's end left (task_budget)."""
+    from schemas.tables import FETCH_OUTPUT
+    conf = _conf(tmp_path / "crawl")
+    why = ["tail_cut", "tail_cut", "task_budget", None, "tail_cut"]
+    outcome = ["not_attempted", "not_attempted", "not_attempted", "ok", "not_attempted"]
+    rows = [{f.name: None for f in FETCH_OUTPUT.fields} | dict(
+        round=1 if i < 4 else 2, partition=0, kind="page", host="a.test", url_fp=i, outcome=o, error_class=e)
+        for i, (o, e) in enumerate(zip(outcome, why))]
+    spark.createDataFrame(rows, FETCH_OUTPUT).write.format("delta").save(common.table_path(conf, "fetch_output"))
+    c = fetch.round_counts(spark, conf, 1)
+    assert (c["not_attempted"], c["tail_cut"], c["pages_ok"]) == (3, 2, 1)
+
+
 # -- the pure parts --------------------------------------------------------------------------------
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 17])
 def test_partition_keys_land_on_their_own_index(spark, n):

@@ -16,6 +16,9 @@ its /search page, so its budget runs out in round 3):
 - the server's log shows no politeness violation, and every trap host's
   request count within its budget (+ one robots.txt a round);
 - ``deltacrawl status --hosts`` lists the held hosts with their reasons.
+
+One more, short crawl (one round, two hosts) runs with links followed inside the round on: the
+content trap takes its round cap at once, no more, and is held at its first strike.
 """
 
 from __future__ import annotations
@@ -43,32 +46,36 @@ CONTENT_TRAP = "hostile-manylinks.test"
 ORDINARY = ("news-2.test", "news-5.test", "news-7.test", "news-8.test")
 
 
+def _crawl(spark, d, web, hosts, n_rounds: int, *, follow: bool, park_after: int = 2):
+    """Seed ``hosts`` (trap-facets at its /search page) and crawl ``n_rounds`` rounds; (conf, overlay, summaries)."""
+    overlay = d / "traps.toml"
+    overlay.write_text(
+        f'[storage]\nroot = "{d / "crawl"}"\n'
+        f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
+        f"[politeness]\nhost_delay_s = {DELAY}\n"
+        f"[fetch]\ntask_budget_s = 30.0\ntotal_timeout_s = 6.0\nfollow_in_round = {str(follow).lower()}\n"
+        f"[budget]\nmax_pages_per_host = {BUDGET}\n"
+        f"[generate]\nmax_urls_per_host = {PER_ROUND}\nfetch_partitions = 2\n"
+        "[scope]\nsame_host_only = true\n"
+        f"[trap]\nmin_pages = 5\nmax_new_share = 0.5\nthrottle_after_rounds = 1\npark_after_rounds = {park_after}\n")
+    conf = config.load([overlay])
+    seeds = d / "seeds.txt"
+    seeds.write_text("\n".join(web.url(h, "/search" if h == "trap-facets.test" else "/") for h in hosts) + "\n")
+    common.ensure_tables(spark, conf)
+    inject.run(spark, conf, [str(seeds)])
+    out = io.StringIO()
+    assert rounds.crawl(spark, conf, n_rounds, out=out) == n_rounds
+    return conf, overlay, out.getvalue().replace("\n", "; ")
+
+
 @pytest.fixture(scope="module")
 def crawled(spark, tmp_path_factory):
     d = tmp_path_factory.mktemp("traps")
     with TestWeb(d / "web", n_hosts=40, seed=5, kinds=["site", "trap", "dup", "hostile"]) as web:
-        overlay = d / "traps.toml"
-        overlay.write_text(
-            f'[storage]\nroot = "{d / "crawl"}"\n'
-            f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
-            f"[politeness]\nhost_delay_s = {DELAY}\n"
-            # follow_in_round off: this crawl pins the per-round progression of the trap rules (a
-            # strike a round, the throttled cap, levels reached in three rounds); budgets with following
-            # on: tests/test_e2e_crawl.py and tests/test_follow.py.
-            "[fetch]\ntask_budget_s = 30.0\ntotal_timeout_s = 6.0\nfollow_in_round = false\n"
-            f"[budget]\nmax_pages_per_host = {BUDGET}\n"
-            f"[generate]\nmax_urls_per_host = {PER_ROUND}\nfetch_partitions = 2\n"
-            "[scope]\nsame_host_only = true\n"
-            "[trap]\nmin_pages = 5\nmax_new_share = 0.5\nthrottle_after_rounds = 1\npark_after_rounds = 2\n")
-        conf = config.load([overlay])
-        seeds = d / "seeds.txt"
-        seeds.write_text("\n".join(web.url(h, "/search" if h == "trap-facets.test" else "/")
-                                   for h in TRAPS + (CONTENT_TRAP,) + ORDINARY) + "\n")
-        common.ensure_tables(spark, conf)
-        inject.run(spark, conf, [str(seeds)])
-        out = io.StringIO()
-        assert rounds.crawl(spark, conf, ROUNDS, out=out) == ROUNDS
-        note("traps crawl: " + out.getvalue().replace("\n", "; ")[:600])
+        # follow_in_round off: this crawl pins the per-round progression of the trap rules (a strike a
+        # round, the throttled cap, levels reached in three rounds); with following on: the test at the end.
+        conf, overlay, summaries = _crawl(spark, d, web, TRAPS + (CONTENT_TRAP,) + ORDINARY, ROUNDS, follow=False)
+        note("traps crawl: " + summaries[:600])
         yield web, conf, overlay, web.log(), web.violations(host_delay_s=DELAY, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
 
 
@@ -151,6 +158,30 @@ def test_status_hosts_lists_held_hosts_with_reasons(spark, crawled, capsys):
     assert "parked" in lines[CONTENT_TRAP] and "throttled" in lines[CONTENT_TRAP]
     assert "trap: " in lines[CONTENT_TRAP]
     assert not set(ORDINARY) & set(lines)
+
+
+def test_content_trap_is_held_with_links_followed_in_round(spark, tmp_path):
+    """With ``fetch.follow_in_round`` on, one round gives a host its whole round cap at once:
+    hostile-manylinks takes exactly PER_ROUND pages in round 1 (its home page and links followed from
+    it; the cap holds the following, not the budget nor the window), is judged, throttled to half and
+    parked at its first strike (park_after_rounds = 1 here: one round, not three). The ordinary site
+    is never held; the server's check is clean."""
+    from jobs import ledger
+    with TestWeb(tmp_path / "web", n_hosts=40, seed=5, kinds=["site", "trap", "dup", "hostile"]) as web:
+        conf, _, summary = _crawl(spark, tmp_path, web, (CONTENT_TRAP, ORDINARY[0]), 1, follow=True, park_after=1)
+        log = web.log()
+        v = web.violations(host_delay_s=DELAY, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
+    note("traps crawl, following on: " + summary[:300])
+    assert v.clean and v.requests >= PER_ROUND, v.summary()
+    assert ledger.get_round(spark, conf, 1)["counts"]["in_round_pages"] >= PER_ROUND - 1
+    assert PER_ROUND < BUDGET and _requests(log, CONTENT_TRAP) == (PER_ROUND, 1)
+    h = _hosts(spark, conf)
+    trap = h[CONTENT_TRAP]
+    assert (trap["round_cap"], trap["trap_strikes"], trap["budget_reason"]) == (PER_ROUND // 2, 1, None), trap
+    assert trap["park_reason"].startswith("trap: ") and "near-duplicates" in trap["park_reason"], trap
+    assert trap["parked_until"] is not None and trap["near_duplicate_pages"] >= PER_ROUND - 2
+    calm = h[ORDINARY[0]]
+    assert calm["round_cap"] is None and not calm["trap_strikes"] and calm["parked_until"] is None, calm
 
 
 def test_init_adds_the_new_hosts_columns_to_an_old_table(spark, tmp_path):

@@ -12,6 +12,7 @@ from crawl_udfs.config import ConfigError
 from crawl_udfs.url_normalize import fingerprint, host_of
 from jobs import hosts_transforms as HT
 from jobs import update_transforms as T
+from jobs.update_counters import Counters
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT, HOSTS
 
@@ -272,6 +273,51 @@ def test_discovery_nofollow(spark):
     assert a + "y" not in _discover(spark, CONF)
 
 
+def test_the_task_and_update_give_a_followed_link_the_same_depth_and_score(spark):
+    """One rule (crawl_udfs.admission.link_depth / link_score): the depth and score the fetch task gives a
+    link it follows in the round (host_runs.TaskHosts.follow) are those update gives the same link as a
+    new URL (discover), and update's same-document targets get the plain rule's, on a table of pages
+    (depth, score, links of every kind, nofollow or not), nofollow obeyed and not."""
+    from crawl_udfs.admission import SAME_DOC_KINDS, link_depth, link_score, shares_score
+    from crawl_udfs.host_runs import TaskHosts
+    from crawl_udfs.known_urls import KnownUrls
+    from crawl_udfs.rows import FetchItem, FetchResult, HostState, Outlink
+    from crawl_udfs.scheduler import PolitenessScheduler
+    a = "http://a.test/"
+    table = [  # (page, depth, score, its links as (kind, nofollow))
+        ("p0", 0, 1.0, [("a", False), ("a", True), ("frame", False), ("iframe", False), ("canonical", True)]),
+        ("p1", 2, 0.3, [("a", False)]),
+        ("p2", 1, 8.0, [("area", False), ("a", True), ("redirect", False), ("a", False), ("frame", True)]),
+        ("p3", 4, 0.0, [("a", False), ("canonical", False)]),
+        ("p4", 3, 0.7, [("a", True), ("canonical", False)])]
+    pages = [page(a + name, "ok", status_code=200, outlinks=[link(f"{a}{name}/{i}", k, nf) for i, (k, nf) in
+                                                              enumerate(links)]) for name, _, _, links in table]
+    flist = [listed(a + name, depth=d, score=sc) for name, d, sc, _ in table]
+    prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, flist, FETCH_LIST), frame(spark, [], CRAWLDB))
+    for follow_nofollow in (False, True):
+        conf = CONF.with_overrides(f"parse.follow_nofollow={str(follow_nofollow).lower()}", "scope.score_decay=0.7")
+        got = {u: (r["depth"], r["score"]) for u, r in by_url(T.discover(
+            prepared, frame(spark, [], CRAWLDB), conf.scope, follow_nofollow=follow_nofollow,
+            default_interval_s=1.0, round_no=1, now=NOW)).items()}
+        task = TaskHosts(conf, PolitenessScheduler(conf.politeness, clock=lambda: 0.0))
+        items = [FetchItem(url=a + name, url_fp=fingerprint(a + name), host="a.test", depth=d, score=sc)
+                 for name, d, sc, _ in table]
+        task.admit(items, {"a.test": HostState("a.test", follow_cap=1000, known=KnownUrls([]))}, 0.0, False)
+        for item, p in zip(items, pages):
+            task.follow(item, FetchResult(item.url, item.url_fp, "a.test", "ok",
+                                          outlinks=[Outlink(*o) for o in p["outlinks"]]), now=0.0)
+        in_round = {i.url: (i.depth, i.score) for i in task.followed}
+        shared = {u for u, _, kind, nf, _ in (o for p in pages for o in p["outlinks"])
+                  if shares_score(kind, nf, follow_nofollow=follow_nofollow)}
+        assert set(in_round) == shared and len(shared) >= 7, follow_nofollow
+        assert {u: got[u] for u in in_round} == in_round, follow_nofollow
+        for (name, d, sc, links), p in zip(table, pages):  # same-document targets: the page's depth and score
+            n = sum(shares_score(k, nf, follow_nofollow=follow_nofollow) for k, nf in links)
+            for (u, _, kind, _, _) in p["outlinks"]:
+                if kind in SAME_DOC_KINDS:
+                    assert got[u] == (link_depth(d, True), link_score(sc, True, n, 0.7)) == (d, sc), u
+
+
 def test_links_and_fetch_log(spark):
     prepared, crawldb = _discovery_inputs(spark)
     links = T.link_rows(prepared, round_no=4).collect()
@@ -388,7 +434,12 @@ def test_a_url_followed_in_round_is_inserted_as_if_generated_and_fetched(spark):
     p = update.plan(frame(spark, [old(par, score=0.8)], CRAWLDB), no_hosts(spark), frame(spark, pages, FETCH_OUTPUT),
                     frame(spark, [listed(par, score=0.8)], FETCH_LIST), conf, round_no=3, now=NOW,
                     keep=lambda d: d.persist())
-    src = by_url(p.crawldb_source)
+    observed = Counters(NOW)
+    src = by_url(observed("crawldb_source", p.crawldb_source))
+    # the MERGE inserts kid (followed: kind update, absent from the crawl DB), grand and other (new): all
+    # three are new URLs; only the parent's row existed
+    got = observed.seen["crawldb_source"].get
+    assert (got["new_urls"], got["updated_urls"]) == (3, 1), got
     k = src[kid]
     assert (k["_kind"], k["status"], k["fetch_count"], k["digest"]) == ("update", "fetched", 1, "sha1:K")
     assert (k["depth"], k["score"], k["source_fp"]) == (1, kid_score, fingerprint(par))
