@@ -19,8 +19,10 @@ and ``fetch_output`` (both committed when the round is ``fetched``):
   is re-crawled on its regular interval until update N marks it).
 - **fetch N+1** (:func:`known_urls`, :func:`hosts_after`): the url_fps a task
   must not follow are the crawl DB's plus round N's pages (URLs followed inside
-  round N are not in the crawl DB before update N), and each host starts from
-  the state its round-N task left (``next_allowed_at``: no burst at the boundary).
+  round N are not in the crawl DB before update N) and the links round N found
+  (update N inserts them: they are generated, never followed, so no later
+  generate lists a URL already fetched), and each host starts from the state its
+  round-N task left (``next_allowed_at``: no burst at the boundary).
 
 Every function is exact whether or not update N has committed meanwhile: a
 ``hosts`` or ``crawldb`` row whose ``updated_round`` is N or later is already
@@ -48,18 +50,19 @@ def generate_crawldb(crawldb: DataFrame, fetch_list: DataFrame, fetch_output: Da
                      round_no: int, now: dt.datetime) -> DataFrame:
     """``crawldb`` (CRAWLDB columns) as generate N+1 must see it while round ``round_no`` is not merged.
 
-    Its rows minus round N's fetch list, plus round N's new URLs (unfetched, due at ``now``).
-    Exact whether or not update N committed meanwhile: it reschedules every URL of the list (none
-    is due after it but the few it returns untouched, a round later here), and a URL it inserted is
-    in ``crawldb``, so not new. The URLs round N followed are not in ``crawldb`` before update N and
-    never new: they are fetched.
+    Its rows minus round N's URLs (its fetch list and the URLs its tasks followed), plus round N's
+    new URLs (unfetched, due at ``now``). Exact whether or not update N committed meanwhile: it
+    reschedules every URL of round N (none is due after it but the few it returns untouched, a round
+    later here), and a URL it inserted is in ``crawldb``, so not new. A URL round N followed is
+    fetched, never new, and never listed again here, even when it was inserted unfetched by the
+    update of the round before, which discovered it.
     """
-    listed = F.broadcast(fetch_list.select("url_fp"))
-    kept = crawldb.join(listed, "url_fp", "left_anti")
+    urls = F.broadcast(fetch_list.select("url_fp").unionByName(_pages(fetch_output).select("url_fp")).distinct())
+    kept = crawldb.join(urls, "url_fp", "left_anti")
     prepared = T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), None)  # the edges need no o_ row
     new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
-    new = new.join(_pages(fetch_output).select("url_fp"), "url_fp", "left_anti")
+    new = new.join(urls, "url_fp", "left_anti")
     cols = [F.col(f.name).cast(f.dataType) if f.name in new.columns else F.lit(None).cast(f.dataType).alias(f.name)
             for f in CRAWLDB.fields]
     return kept.select([f.name for f in CRAWLDB.fields]).unionByName(new.select(*cols))
@@ -88,5 +91,10 @@ def hosts_after(hosts: DataFrame, fetch_output: DataFrame, conf, *, round_no: in
 
 
 def known_urls(crawldb: DataFrame, fetch_output: DataFrame) -> DataFrame:
-    """``host``, ``url_fp`` of the URLs a fetch task of round N+1 must not follow: the crawl DB's and round N's pages."""
-    return crawldb.select("host", "url_fp").unionByName(_pages(fetch_output).select("host", "url_fp"))
+    """``host``, ``url_fp`` of the URLs a fetch task of round N+1 must not follow: the crawl DB's, round N's
+    pages, and the links round N found (update N inserts them unfetched; generate N+1 listed those its
+    caps allowed, and the rest wait for a later generate, which must not find them fetched already)."""
+    found = (_pages(fetch_output).select(F.explode("outlinks").alias("l"))
+             .select(F.col("l.host").alias("host"), F.col("l.url_fp").alias("url_fp")).where(F.col("url_fp").isNotNull()))
+    return (crawldb.select("host", "url_fp").unionByName(_pages(fetch_output).select("host", "url_fp"))
+            .unionByName(found))

@@ -37,8 +37,10 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
 
     pipeline = bool(conf.generate.pipeline)
     _merge_older(spark, conf, out)
-    done, started = 0, 0
     row = ledger.last_round(spark, conf)  # the one ledger read; each verb hands on the row it wrote
+    # pipelined, a round a crash left fetched is one of the N (it is merged beside the next, or alone
+    # when N = 1); one by one, generate hands it back and the loop finishes it as its first round
+    done, started = 0, int(pipeline and row is not None and row["state"] == "fetched")
     t0: dict[int, float] = {}
     merging: Future | None = None  # update of the previous round, beside this round's fetch
     side = spark.newSession() if pipeline else None  # its own SQL settings: update's are not fetch's
@@ -70,9 +72,16 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
                 if not pipeline or started >= rounds:
                     row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
                     done += 1
-        finally:
-            if merging is not None:
-                merging.result()  # never leave an update half-way behind: its error, if any, is raised here
+        except BaseException:
+            if merging is not None:  # never leave an update half-way behind, nor hide the first error
+                try:
+                    merging.result()
+                except Exception as e:  # noqa: BLE001 - reported, the first error is the one raised
+                    print(f"deltacrawl: the update beside the failed step also failed: {e}", file=sys.stderr)
+            raise
+    if row is not None and row["state"] == "fetched":  # the round a crash left fetched, with N = 1
+        row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
+        done += 1
     return done
 
 

@@ -108,8 +108,21 @@ def with_spare_slots(master: str, spare: int) -> tuple[str, int | None]:
     m = re.fullmatch(r"local\[(\*|\d+),(\d+)\]", master)
     if not m or spare <= 0:
         return master, None
-    cores = (len(os.sched_getaffinity(0)) or 1) if m.group(1) == "*" else int(m.group(1))
+    cores = usable_cores() if m.group(1) == "*" else int(m.group(1))
     return f"local[{cores + spare},{m.group(2)}]", cores
+
+
+def usable_cores() -> int:
+    """The cores ``local[*]`` would use: this process's CPUs, within a cgroup v2 CPU quota if one
+    is set (the JVM's ``availableProcessors`` honours it; ``os.cpu_count`` does not)."""
+    n = len(os.sched_getaffinity(0)) or 1
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return n
 
 
 def _submitted_conf() -> dict[str, str]:

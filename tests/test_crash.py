@@ -17,11 +17,10 @@ run   armed with                        dies (round 1 unless said)
                                         fetching (or fetched) beside that update
 --    (in process) update with the      exit 1, one line; round stays fetched
       links table made unwritable
-5     fetch.task:0.8                    merges round 1 first, then fetches two rounds
-                                        (round 2 resumed, or 3 when 2 was fetched),
-                                        the second beside the first's update; a Python
-                                        worker dies 0.8 s into each fetch task; Spark
-                                        retries it; exits 0
+5     fetch.task:0.8                    merges round 1 first, resumes round 2 (if the
+                                        kill left it unfetched), fetches round 3 beside
+                                        update 2; a Python worker dies 0.8 s into each
+                                        fetch task; Spark retries it; exits 0
 ====  ================================  ==========================================
 
 After every run: no URL lost from the crawl DB, no (round, url_fp) twice in
@@ -290,12 +289,13 @@ def failed_write(chain) -> None:
 
 def test_worker_death_is_retried_politely_and_the_crawl_continues(chain):
     r = chain.run("worker")
-    # round 1 merged before round 2 resumes; the run fetches two rounds (--rounds 2), w and w + 1 beside
-    # update w: w = 2 when the killed run left round 2 unfetched, else 3
+    # round 1 merged before round 2 resumes; --rounds 2 counts round 2 and round 3, fetched beside
+    # update 2. w, the first round this run fetched (where the workers die): 2 when the killed run
+    # left round 2 unfetched, else 3
     w = 3 if chain.done["update"]["ledger"].get(2) == "fetched" else 2
-    assert r["ledger"] == {n: "updated" for n in range(1, w + 2)}, r["ledger"]
+    assert r["ledger"] == {1: "updated", 2: "updated", 3: "updated"}, r["ledger"]
     assert "round 1: updating it before round 2 resumes" in r["out"]
-    assert f"round {w}: updating beside the fetch of round {w + 1}" in r["out"]
+    assert "round 2: updating beside the fetch of round 3" in r["out"]
     assert "2 round(s) completed" in r["out"]
     out2 = chain.table("fetch_output").where(f"round = {w} AND kind = 'page'")
     staging = {x[0] for x in out2.select("warc_staging").where("warc_staging IS NOT NULL").collect()}
@@ -306,7 +306,7 @@ def test_worker_death_is_retried_politely_and_the_crawl_continues(chain):
     paths = [(x["host"], x["path"]) for x in r["requests"]]  # round 1 needed none: it was fetched
     twice = [p for p in set(paths) if paths.count(p) > 1 and p[1] != "/robots.txt"]
     assert twice, "no page was requested by both attempts: the worker did not die mid-fetch"
-    note(f"worker death: {len(paths)} requests in rounds {w}-{w + 1}, {len(twice)} pages requested by both attempts")
+    note(f"worker death: {len(paths)} requests in rounds {w}-3, {len(twice)} pages requested by both attempts")
     keys = [x[0] for x in fl2.select("url_fp").collect()]
     assert len(keys) == len(set(keys)) == len(urls2)
 

@@ -129,3 +129,28 @@ def test_a_round_opens_beside_a_fetched_one_and_rounds_merge_in_order(spark, bar
     _to(spark, bare, 1, "updated")
     assert ledger.step(spark, bare, "update").round == 2
     assert ledger.step(spark, bare, "generate", pipeline=True).round == 3
+
+
+# -- the view of a round not merged yet, on small DataFrames ----------------------------------------
+def test_the_view_never_lists_or_follows_a_url_the_pending_round_fetched_or_found(spark):
+    """Round 2 pending: A listed and fetched, B followed inside it (not in the crawl DB), C found on A
+    and D on B (new), E known and due. U, found in round 1 and inserted unfetched by update 1, was
+    followed inside round 2: generate 3 (beside update 2) must not list it again, nor A or B; fetch 3
+    must not follow A, B, C, D or U (C and D are generated, not followed)."""
+    from jobs import pending_round
+    from tests.test_update import CONF, T0, frame, link, listed, old, page
+    from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT
+
+    a, b, c, d, e, u = (f"http://h.test/{x}" for x in "abcdeu")
+    crawldb = frame(spark, [old(a, status="fetched", updated_round=1), old(e), old(u, discovered_round=1)], CRAWLDB)
+    fl = frame(spark, [listed(a, n=2)], FETCH_LIST)
+    fo = frame(spark, [page(a, "ok", n=2, status_code=200, outlinks=[link(c), link(u)]),
+                       page(b, "ok", n=2, status_code=200, in_round=True, depth=1, score=0.5, outlinks=[link(d)]),
+                       page(u, "ok", n=2, status_code=200, in_round=True, depth=1, score=0.5, outlinks=[])],
+               FETCH_OUTPUT)
+    view = pending_round.generate_crawldb(crawldb, fl, fo, CONF, round_no=2, now=T0)
+    got = {r["url"]: r["status"] for r in view.collect()}
+    assert got == {e: "unfetched", c: "unfetched", d: "unfetched"}, got
+    known = {r["url_fp"] for r in pending_round.known_urls(crawldb, fo).collect()}
+    from crawl_udfs.url_normalize import fingerprint
+    assert {fingerprint(x) for x in (a, b, c, d, u, e)} <= known
