@@ -25,9 +25,10 @@ and ``fetch_output`` (both committed when the round is ``fetched``):
   round-N task left (``next_allowed_at``: no burst at the boundary).
 
 Every function is exact whether or not update N has committed meanwhile: a
-``hosts`` or ``crawldb`` row whose ``updated_round`` is N or later is already
-update N's and is taken as it is. Pure transforms (STYLE.md rule 2): DataFrames
-in, DataFrames out.
+``hosts`` row whose ``updated_round`` is N or later is already update N's and
+is taken as it is, and the crawl DB's view holds either way
+(:func:`generate_crawldb`). Pure transforms (STYLE.md rule 2): DataFrames in,
+DataFrames out.
 """
 
 from __future__ import annotations
