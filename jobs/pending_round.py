@@ -47,6 +47,19 @@ def _pages(fetch_output: DataFrame) -> DataFrame:
     return fetch_output.where(F.col("kind") == "page")
 
 
+def leaves_nothing_due(conf, pending: dict, now: dt.datetime) -> bool:
+    """Whether every URL round ``pending`` attempted is sure not to be due at ``now`` after its update,
+    so :func:`generate_crawldb` may leave them all out: the round's fetch began less than the shortest
+    interval the transition table can give ago (``[schedule]``: the intervals, and ``retry_base_s``,
+    the first back-off). A re-crawl interval shorter than that (a test's 1 s) makes them due again at
+    once: the round is then merged before the next is generated, one round after the other."""
+    s = conf.schedule
+    shortest = min(s.default_interval_s, s.gone_interval_s, s.redirect_perm_interval_s, s.duplicate_interval_s,
+                   s.robots_denied_interval_s, s.retry_base_s)
+    began = pending.get("fetch_started_at") or pending.get("fetched_at")
+    return began is not None and began + dt.timedelta(seconds=float(shortest)) > now
+
+
 def generate_crawldb(crawldb: DataFrame, fetch_list: DataFrame, fetch_output: DataFrame, conf, *,
                      round_no: int, now: dt.datetime) -> DataFrame:
     """``crawldb`` (CRAWLDB columns) as generate N+1 must see it while round ``round_no`` is not merged.

@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TextIO
 
 from crawl_udfs.config import Config
-from jobs import ledger
+from jobs import common, ledger, pending_round
 from schemas import counters
 
 
@@ -48,6 +48,12 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
         try:
             while started < rounds:
                 start = time.perf_counter()
+                if (pipeline and row is not None and row["state"] == "fetched"
+                        and not pending_round.leaves_nothing_due(conf, row, common.now_utc())):
+                    # its URLs can be due again at once (a re-crawl interval shorter than the round): merge first
+                    row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
+                    done += 1
+                    continue
                 g = generate.run(spark, conf, row=row, pipeline=pipeline)
                 if g["round"] is None:
                     if row is not None and row["state"] == "fetched":  # nothing due even with its links:
