@@ -177,8 +177,11 @@ def test_ledger_writes_are_compare_and_set(spark, crawl_conf):
     ("update", None, "nothing to update: the round ledger is empty (run generate first)"),
 ])
 def test_the_round_protocol(verb, state, want, monkeypatch):
-    """``state`` None: an empty ledger (the read is replaced; the others hand the row, as rounds.crawl does)."""
+    """``state`` None: an empty ledger (the reads are replaced: round 3 the only round, or none; the others
+    hand the row, as rounds.crawl does)."""
     monkeypatch.setattr(ledger, "last_round", lambda spark, conf: None)
+    monkeypatch.setattr(ledger, "oldest_fetched", lambda spark, conf: None)
+    monkeypatch.setattr(ledger, "get_round", lambda spark, conf, n: None)
     row = {"round": 3, "state": state} if state else None
     if isinstance(want, str):
         with pytest.raises(RoundError) as e:
