@@ -7,7 +7,7 @@ the row it wrote to the next. Stops early
 when nothing is due. Prints one readable summary per round; the same counts
 are in the ``rounds`` table (each verb writes its own into the ledger).
 
-**Pipelined rounds** (``generate.pipeline``, on by default): once round N is
+**Pipelined rounds** (``generate.pipeline``, off by default): once round N is
 fetched, round N+1 is generated at once from the crawl DB as update N will
 leave it (:mod:`jobs.pending_round`), and update N runs in a driver thread,
 in a session of its own, while fetch N+1 runs; the next generate waits for it.

@@ -112,7 +112,7 @@ def write_overlay(path: Path, web: TestWeb, *, host_delay_s: float, task_budget_
         f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
         f"[politeness]\nhost_delay_s = {host_delay_s}\n"
         f"[fetch]\ntask_budget_s = {task_budget_s}\ntotal_timeout_s = 5.0\n"
-        f"[generate]\nmax_urls_per_host = {max_urls_per_host}\nfetch_partitions = 2\n"
+        f"[generate]\nmax_urls_per_host = {max_urls_per_host}\nfetch_partitions = 2\npipeline = true\n"
         f'[spark]\nmaster = "{MASTER}"\ndriver_memory = "1g"\nshuffle_partitions = 2\n')
     return path
 
