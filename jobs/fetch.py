@@ -296,15 +296,18 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
     from pyspark.sql import functions as F
 
     fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
-    hosts, crawldb = common.read(spark, conf, "hosts"), common.read(spark, conf, "crawldb")
+    follow_on = bool(conf.fetch.follow_in_round)
+    hosts = common.read(spark, conf, "hosts")
+    crawldb = common.read(spark, conf, "crawldb") if follow_on else None
     prev = ledger.get_round(spark, conf, n - 1) if n > 1 else None
     if prev is not None and prev["state"] == "fetched":  # pipelined: update n-1 may commit beside this fetch
-        hosts, crawldb = common.pinned(spark, conf, "hosts"), common.pinned(spark, conf, "crawldb")
         prev_out = common.read(spark, conf, "fetch_output").where(F.col("round") == n - 1)
-        hosts = pending_round.hosts_after(hosts, prev_out, conf, round_no=n - 1, now=prev["fetched_at"])
-        crawldb = pending_round.known_urls(crawldb, prev_out)
+        hosts = pending_round.hosts_after(common.pinned(spark, conf, "hosts"), prev_out, conf, round_no=n - 1,
+                                          now=prev["fetched_at"])
+        if follow_on:
+            crawldb = pending_round.known_urls(common.pinned(spark, conf, "crawldb"), prev_out)
     follow = {}
-    if conf.fetch.follow_in_round:  # the crawl DB as generate left it: what update will read as known
+    if follow_on:  # the crawl DB as generate left it: what update will read as known
         follow = {"crawldb": crawldb, "follow_cap": generate.host_cap(
             max_per_host=generate.max_urls_per_host(conf), max_pages_per_host=conf.budget.max_pages_per_host,
             delay_window_s=generate.delay_window_s(conf))}
