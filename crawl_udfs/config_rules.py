@@ -107,6 +107,7 @@ RULES: dict[str, Check] = {
     "spark.local_max_failures": COUNT,
     "spark.local_spare_slots": COUNT_OR_ZERO,
     "spark.driver_memory": matching(r"(?i)\d+[kmgtp]?b?", "a JVM memory size such as 2g or 512m"),
+    "spark.driver_java_options": _string(ONE_LINE),
     "spark.shuffle_partitions": COUNT,
     "spark.ui_enabled": ANY,
     "spark.extra": each(_string(_key_value)),

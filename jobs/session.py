@@ -79,6 +79,8 @@ def build_session(conf: Config, *, app_suffix: str = ""):
         master, cores = with_spare_slots(local_master(conf.spark.master, conf.spark.local_max_failures),
                                          conf.spark.local_spare_slots)
         builder = builder.master(master).config("spark.driver.memory", conf.spark.driver_memory)
+        if conf.spark.driver_java_options.strip():  # read by the launcher when it starts this driver's JVM
+            builder = builder.config("spark.driver.extraJavaOptions", conf.spark.driver_java_options.strip())
         if cores:
             builder = builder.config("spark.default.parallelism", str(cores))
         if conf.spark.master.startswith("local"):
