@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 from crawl_udfs import config, near_dup, parser, simhash
 from crawl_udfs.url_normalize import UrlNormalizer
 from tests.summary import note
-from tests.testweb import TestWeb, build_plan, realistic
+from tests.testweb import TestWeb, realistic
 
 CONF = config.defaults()
 K = CONF.simhash.near_duplicate_bits
@@ -83,7 +83,8 @@ def test_jaccard_estimate_is_within_its_standard_error(shared, own):
     common = rng.sample(vocab, shared)
     a = " ".join(common + rng.sample(vocab, own))
     b = " ".join(common + rng.sample(vocab, own))
-    true = len(set(simhash.shingles(a, 1)) & set(simhash.shingles(b, 1))) / len(set(simhash.shingles(a, 1)) | set(simhash.shingles(b, 1)))
+    sa, sb = set(simhash.shingles(a, 1)), set(simhash.shingles(b, 1))
+    true = len(sa & sb) / len(sa | sb)
     est = near_dup.jaccard(near_dup.minhash(a, 1, PERM), near_dup.minhash(b, 1, PERM))
     assert abs(est - true) <= 4 * (true * (1 - true) / PERM) ** 0.5 + 1e-9, (est, true)
 
@@ -128,7 +129,7 @@ def _score(predicted: set, truth: dict[tuple[str, str], bool]) -> tuple[float, f
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """url -> (body, Content-Type) of every labelled URL, as the test web serves it (one GET each)."""
+    """(plan, dup_clusters, url -> (body, Content-Type)): every labelled URL as the test web serves it."""
     with TestWeb(tmp_path_factory.mktemp("dupweb"), n_hosts=3, seed=7, kinds=["dup"],
                  knobs={"latency_s": 0.0}) as web:
         clusters = web.plan.dup_clusters()
