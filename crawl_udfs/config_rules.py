@@ -178,6 +178,9 @@ RULES: dict[str, Check] = {
     "filter.deny_patterns": PYTHON_REGEXES,
     "simhash.shingle_words": COUNT,
     "simhash.near_duplicate_bits": between(0, 64),
+    "dedup.minhash_permutations": between(1, 1024),
+    "dedup.jaccard_threshold": SHARE,
+    "dedup.length_ratio": SHARE,
     "warc.max_file_bytes": COUNT,
     "warc.prefix": NAME,
     "warc.operator": ONE_LINE,  # a WARC header value: a line break would end the header

@@ -59,7 +59,7 @@ import numpy as np
 import xxhash
 
 
-__all__ = ["EMPTY", "simhash", "hamming", "words"]
+__all__ = ["EMPTY", "simhash", "hamming", "words", "shingles"]
 
 EMPTY = 0
 """The SimHash of a text with no words (documented constant)."""
@@ -107,17 +107,30 @@ def _shingles(tokens: list, n: int, sep=" "):
     return map(sep.join, zip(*(islice(tokens, i, None) for i in range(n))))
 
 
+def _tokens(text: str) -> list[bytes]:
+    """:func:`words` as the UTF-8 bytes that are hashed."""
+    try:
+        return _word_bytes(text)
+    except UnicodeEncodeError:  # a lone surrogate: hash its UTF-8-with-surrogates bytes, as always
+        return [w.encode("utf-8", "surrogatepass") for w in words(text)]
+
+
+def shingles(text: str, shingle_words: int) -> list[bytes]:
+    """The features of ``text`` (its word n-grams, UTF-8, words joined by one space), in order with
+    repeats; [] for a text with no words. The one feature rule: :func:`simhash` hashes these, and
+    :mod:`crawl_udfs.near_dup` MinHashes the set of them."""
+    tokens = _tokens(text)
+    return list(_shingles(tokens, int(shingle_words), b" ")) if tokens else []
+
+
 def simhash(text: str, shingle_words: int) -> int:
     """The signed 64-bit SimHash of ``text``; ``shingle_words`` (>= 1) is ``simhash.shingle_words``."""
     n = int(shingle_words)
-    try:
-        tokens, sep = _word_bytes(text), b" "
-    except UnicodeEncodeError:  # a lone surrogate: hash its UTF-8-with-surrogates bytes, as always
-        tokens, sep = [w.encode("utf-8", "surrogatepass") for w in words(text)], b" "
+    tokens = _tokens(text)
     if not tokens:
         return EMPTY
     total = len(tokens) - n + 1 if len(tokens) > n else 1
-    hashes = np.fromiter(map(xxhash.xxh64_intdigest, _shingles(tokens, n, sep)), dtype=np.uint64, count=total)
+    hashes = np.fromiter(map(xxhash.xxh64_intdigest, _shingles(tokens, n, b" ")), dtype=np.uint64, count=total)
     ones = np.zeros(64, dtype=np.int64)
     for start in range(0, total, _CHUNK):
         chunk = hashes[start : start + _CHUNK].astype("<u8", copy=False)

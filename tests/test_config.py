@@ -121,6 +121,9 @@ def test_every_key_has_a_rule_and_every_rule_a_key():
     ('scope.allow_hosts=["[a-"]', "is not a valid regular expression"),
     ("simhash.shingle_words=0", "must be >= 1"),
     ("simhash.near_duplicate_bits=65", "must be within 0..64"),
+    ("dedup.minhash_permutations=0", "must be within 1..1024"),
+    ("dedup.jaccard_threshold=1.2", "must be within 0..1"),
+    ("dedup.length_ratio=-0.1", "must be within 0..1"),
     ("warc.gzip_level=10", "must be within 0..9"),
     ('warc.prefix="a/b"', "must be a name"),
     ('warc.operator="Ops\\r\\nWARC-Type: x"', "must be one line"),
@@ -157,7 +160,8 @@ def test_bad_values_are_one_line_errors_naming_the_key(pair, words, tmp_path):
     "politeness.host_delay_s=0", "robots.cache_ttl_s=86400", "fetch.max_redirect_hops=0",
     'net.allow_private_cidrs=["10.0.0.0/8", "127.10.0.1", "fd12::/16"]', "parse.max_link_density=1",
     "generate.discovery_share=0", "url.query_order=sort", "warc.gzip_level=0", "scope.max_depth=-1",
-    "spark.driver_memory=512m", 'filter.deny_patterns=[]',
+    "spark.driver_memory=512m", 'filter.deny_patterns=[]', "dedup.jaccard_threshold=1", "dedup.length_ratio=0",
+    "dedup.minhash_permutations=1",
 ])
 def test_values_at_the_edge_of_their_range_are_kept(pair):
     key, _, text = pair.partition("=")

@@ -13,6 +13,7 @@ import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from email.utils import parsedate_to_datetime
+from html import escape
 from urllib.parse import urljoin, urlsplit
 
 import brotli
@@ -360,7 +361,7 @@ def test_near_duplicates_share_text(web):
     groups = {}
     for h in (o, a, b):
         for p in h.pages.values():
-            if p.dup_group:
+            if p.dup_group and p.dup_group.startswith("article-"):
                 groups.setdefault(p.dup_group, []).append((h, p))
     assert len(groups) == sites.N_ARTICLES and all(len(v) == 4 for v in groups.values())
     texts = []
@@ -373,6 +374,45 @@ def test_near_duplicates_share_text(web):
     assert r1.content != r2.content and 'class="stamp"' in r1.text
     assert a.pages["/news/3/"].canonical == o.url("/article/3.html") and b.pages["/stories/3.html"].canonical is None
     assert get(web, o.name, "/article/3.html?utm_source=rss&ref=front").status_code == 200
+
+
+def test_near_duplicate_truth_and_the_variants_it_labels(web):
+    """plan.dup_clusters() lists what the server serves; the copies differ on the wire only where planned."""
+    from tests.testweb import render
+
+    plan = web.plan
+    clusters = plan.dup_clusters()
+    articles = {g: urls for g, urls in clusters.items() if g.startswith("article-")}
+    briefs = {g: urls for g, urls in clusters.items() if g.startswith("brief-")}
+    assert len(articles) == sites.N_ARTICLES and all(len(u) == 7 for u in articles.values())
+    assert len(briefs) == sites.N_BRIEFS and all(len(u) == 1 for u in briefs.values()) and len(clusters) == 22
+    pairs = plan.dup_pairs()
+    n = sum(map(len, clusters.values()))
+    assert len(pairs) == n * (n - 1) // 2 and sum(pairs.values()) == sites.N_ARTICLES * 21
+    assert {urlsplit(u).query for u in articles["article-3"]} == {"", "ref=front", "page=1", "ref=home"}
+    for url in articles["article-3"] + briefs["brief-0"]:
+        parts = urlsplit(url)
+        assert get(web, parts.hostname, parts.path + ("?" + parts.query if parts.query else "")).status_code == 200
+    assert build_plan(3, 3, web.port, kinds=["dup"]).dup_clusters() == clusters
+    assert build_plan(20, 3, web.port, kinds=["site"]).dup_clusters() == {}
+    # mirror-a: a rotating ad in <main>, new on every response, and nothing else changes
+    ads = re.compile(rb'<div class="advert">.*?</div>')
+    one, two = (get(web, "dup-mirror-a.test", "/news/3/?page=1").content for _ in range(2))
+    for _ in range(5):
+        if one != two:
+            break
+        two = get(web, "dup-mirror-a.test", "/news/3/").content
+    assert one != two and ads.sub(b"", one) == ads.sub(b"", two)
+    assert all(any(escape(ad).encode() in ads.search(b).group() for ad in render.ADS) for b in (one, two))
+    # mirror-b: session ids in its links, new on every response, and nothing else changes
+    sids = re.compile(rb"(jsessionid|sid)=[0-9A-F]{24}")
+    one, two = (get(web, "dup-mirror-b.test", p).content for p in ("/stories/3.html", "/stories/3.html?ref=home"))
+    assert one != two and sids.search(one) and sids.sub(b"", one) == sids.sub(b"", two)
+    # the briefs: one heavy template, a short text of their own
+    pages = [plan.page(urls[0]) for urls in briefs.values()]
+    assert len({p.notice for p in pages}) == 1 and len(pages[0].notice.split()) == 400
+    assert len({p.text for p in pages}) == len(pages) and all(10 <= len(p.text.split()) <= 60 for p in pages)
+    assert escape(pages[0].notice).encode() in get(web, "dup-origin.test", "/brief/0.html").content
 
 
 def test_conditional_get_answers_304_when_unchanged(web):

@@ -59,11 +59,16 @@ trap (robots allow all)
 - ``trap-repeat``: /r/a/b/ links a/b/, b/a/, ./a/ -> /r/a/b/a/b/... forever
 - ``trap-deep``: /d/1/ links 2/ -> /d/1/2/3/... forever
 
-dup (near-duplicates; pages of one article share ``Page.dup_group``)
+dup (near-duplicates; pages of one article share ``Page.dup_group``; the truth: ``plan.dup_clusters()``,
+``plan.dup_pairs()``: 12 article groups of 7 URLs, 252 pairs; 10 briefs, each a group of its own)
 - ``dup-origin``: 12 articles, a timestamp line that changes per request, /print/ versions (canonical to
-  the article), home links with utm_ variants and a ?ref=front variant (same content, other URL)
-- ``dup-mirror-a``: the same articles at /news/K/ with other boilerplate, rel=canonical to the origin
-- ``dup-mirror-b``: the same articles at /stories/K.html with other boilerplate, no canonical
+  the article), home links with utm_ variants and a ?ref=front variant (same content, other URL);
+  10 briefs /brief/N.html: 10-60 words of their own in one heavy template (a 400-word notice inside
+  <main> and the site's boilerplate): distinct pages, the negatives
+- ``dup-mirror-a``: the same articles at /news/K/ (and /news/K/?page=1) with other boilerplate,
+  rel=canonical to the origin, and a rotating ad (div.advert inside <main>) new on every response
+- ``dup-mirror-b``: the same articles at /stories/K.html (and ?ref=home) with other boilerplate, no
+  canonical, and session ids (;jsessionid= / ?sid=) in their links, new on every response
 
 hostile (robots allow all)
 - ``hostile-drip``: / sends knobs.drip_bytes every drip_interval_s for drip_total_s

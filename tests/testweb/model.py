@@ -43,9 +43,11 @@ class Page:
     canonical: str | None = None       # normalised rel=canonical target
     base: str | None = None            # <base href> value, absolute
     meta_robots: str = ""              # content of <meta name=robots>
-    dup_group: str | None = None       # pages with the same group carry the same main text
+    dup_group: str | None = None       # pages with the same group carry the same main text (Plan.dup_clusters)
     location: str | None = None        # absolute Location of a redirect
     volatile: bool = False             # a timestamp line changes on every request
+    ad: bool = False                   # a rotating ad block inside <main> (a div.advert) changes on every request
+    notice: str = ""                   # a template's long standard text, inside <main> after the page's own text
     style: str = "site"                # boilerplate: site | origin | mirror-a | mirror-b | print | bare
     body: bytes | None = None          # the exact bytes of a non-HTML file
 

@@ -90,8 +90,9 @@ _CHROME = _site_chrome()
 
 
 def _page_parts(page: Page) -> tuple[str, str]:
-    """(article extras inside <main>, related cards + comments after it), from the page's path."""
-    rng = random.Random("realistic:" + page.path)
+    """(article extras inside <main>, related cards + comments after it), from the page's path (its
+    ``dup_group`` when it has one, so copies of one article stay copies: Plan.dup_clusters)."""
+    rng = random.Random("realistic:" + (page.dup_group or page.path))
     ld = f'<script type="application/ld+json">{{"@type":"NewsArticle","headline":"{escape(page.title)}",' \
          f'"keywords":"{words(rng, 20)}"}}</script>'
     body = "".join(_para(rng, rng.randint(60, 120)) for _ in range(rng.randint(6, 9)))

@@ -3,8 +3,10 @@
 Boilerplate (nav, sidebar, footer) depends on the page's ``style``, so mirrors
 of one article differ only outside ``<main>``. Every link of the page appears
 exactly once, in its zone, with its ``href`` HTML-escaped (``&`` as ``&amp;``);
-``{sid}`` in an href becomes the per-request session id. The charset is
-declared where ``page.declared`` says and nowhere else.
+``{sid}`` in an href becomes the per-request session id, which also picks the
+rotating ad of a page with ``ad`` (a ``div.advert`` after the first paragraph
+of ``<main>``). A template's ``notice`` follows the page's own text inside
+``<main>``. The charset is declared where ``page.declared`` says and nowhere else.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from html import escape
 
 from .model import Link, Page
 
+ADS = ("Save 20 % on garden furniture this weekend only", "New: the phone that lasts a whole week",
+       "Flights to the coast from 39, book before Friday", "Learn a language in ten minutes a day",
+       "Your dream kitchen, made to measure and fitted in a week", "Switch your energy supplier in five minutes")
 BOILERPLATE = {
     "site": ("Home | Sections | About us | Contact", "Popular this week: nothing unusual.",
              "Copyright the site owners. All rights reserved."),
@@ -76,7 +81,12 @@ def html(page: Page, sid: str = "", now: float | None = None) -> tuple[bytes, st
     embeds = "\n".join(_anchor(link, rng) for link in main_links if link.tag in ("iframe", "img"))
     footer_links = " ".join(_anchor(link, rng) for link in links if link.zone == "footer")
     sentences = page.text.split(". ")
-    paras = "\n".join(f"<p>{escape('. '.join(sentences[i:i + 5]))}</p>" for i in range(0, len(sentences), 5))
+    paras = [f"<p>{escape('. '.join(sentences[i:i + 5]))}</p>" for i in range(0, len(sentences), 5)]
+    if page.ad:
+        ad = random.Random(f"ad/{sid}/{now}").choice(ADS)
+        paras.insert(1, f'<div class="advert"><small>Advertisement</small> <b>{escape(ad)}</b></div>')
+    if page.notice:
+        paras.append(f'<div class="notice"><h2>About this page</h2><p>{escape(page.notice)}</p></div>')
     stamp = ""
     if page.volatile:
         t = time.time() if now is None else now
@@ -84,7 +94,7 @@ def html(page: Page, sid: str = "", now: float | None = None) -> tuple[bytes, st
     parts = [
         "<!DOCTYPE html>", '<html lang="en">', "<head>", *head, "</head>", "<body>",
         f"<header><nav>{nav}</nav><p>{nav_text}</p>{stamp}</header>" if (nav or nav_text or stamp) else "",
-        f"<main><h1>{escape(page.title)}</h1>", paras,
+        f"<main><h1>{escape(page.title)}</h1>", "\n".join(paras),
         f"<ul>\n{items}\n</ul>" if items else "",
         f'<map name="m">{areas}</map><img usemap="#m" alt="map" width="50" height="10">' if areas else "",
         embeds, "</main>",

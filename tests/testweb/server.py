@@ -348,7 +348,7 @@ class TestWebServer:
         accept = request.headers.get("Accept-Encoding", "").lower()
         if b in ("html", "html-gzip", "html-br"):
             body, ctype = (realistic if k.realistic_pages else render).html(
-                page, sid=self.sid(h) if (h.kind, h.variant) == ("trap", "session") else "")
+                page, sid=self.sid(h) if h.kind == "dup" or (h.kind, h.variant) == ("trap", "session") else "")
             headers = {}
             if b == "html" and page.status == 200:
                 return await self.send_validated(request, ex, body, ctype)

@@ -80,6 +80,7 @@ CHARSET_SAMPLES = {
     "utf-16-le": "UTF-16 with a BOM: Grüße, Привет, 日本語です。",
 }
 N_ARTICLES = 12  # articles shared by dup-origin and its mirrors
+N_BRIEFS = 10    # dup-origin's short briefs in one heavy template: distinct pages, the scorer's negatives
 COLORS = ("red", "green", "blue", "black", "white", "grey", "pink")
 SIZES = ("xs", "s", "m", "l", "xl")
 SORTS = ("price", "name", "new")
@@ -544,26 +545,42 @@ def _gen_dup(h: HostPlan) -> dict[str, Page]:
     origin = h.plan.url("dup-origin.test", "")
     pages: dict[str, Page] = {}
     path_of = {"origin": "/article/{}.html", "mirror-a": "/news/{}/", "mirror-b": "/stories/{}.html"}[h.variant]
+    variant_of = {"origin": "?ref=front", "mirror-a": "?page=1", "mirror-b": "?ref=home"}[h.variant]
     home_targets: list[tuple[str, str]] = []
     for k in range(N_ARTICLES):
         title, text = _article_text(h, k)
         p = path_of.format(k)
         res = h.url(p)
-        links = [make_link("/", res, h.url("/"), form="root", zone="nav")]
+        if h.variant == "mirror-b":  # session ids in its links, new on every response
+            nav = _with_session("/", h.rng("session", k))
+            nxt = path_of.format((k + 1) % N_ARTICLES)
+            links = [make_link(nav, res, h.url("/"), form="session", zone="nav"),
+                     make_link(_with_session(nxt, h.rng("session-next", k)), res, h.url(nxt), form="session")]
+        else:
+            links = [make_link("/", res, h.url("/"), form="root", zone="nav")]
         canonical = None
         if h.variant == "origin":
             links.append(make_link(f"/print{p}", res, h.url(f"/print{p}"), form="root"))
             links.append(make_link(path_of.format((k + 1) % N_ARTICLES), res, h.url(path_of.format((k + 1) % N_ARTICLES)), form="root"))
             pages[f"/print{p}"] = Page(f"/print{p}", title=title, text=text, style="print", dup_group=f"article-{k}",
                                        canonical=origin + p, links=(make_link(origin + p, origin + f"/print{p}", origin + p, tag="link", rel="canonical", form="absolute", zone="head"),))
-            home_targets += [(p, "root"), (f"/print{p}", "root"), (p, "tracking"), (f"{p}?ref=front", "root")]
+            home_targets += [(p, "root"), (f"/print{p}", "root"), (p, "tracking"), (p + variant_of, "root")]
         else:
-            home_targets.append((p, "root"))
+            home_targets += [(p, "root"), (p + variant_of, "root")]
             if h.variant == "mirror-a":
                 canonical = f"{origin}/article/{k}.html"
                 links.insert(0, make_link(canonical, res, canonical, tag="link", rel="canonical", form="absolute", zone="head"))
         pages[p] = Page(p, title=title, text=text, links=tuple(links), canonical=canonical, style=h.variant,
-                        dup_group=f"article-{k}", volatile=h.variant == "origin")
+                        dup_group=f"article-{k}", volatile=h.variant == "origin", ad=h.variant == "mirror-a")
+    if h.variant == "origin":
+        notice = prose(random.Random(f"{h.plan.seed}/brief-notice"), 400)
+        for n in range(N_BRIEFS):
+            r = random.Random(f"{h.plan.seed}/brief/{n}")
+            p = f"/brief/{n}.html"
+            pages[p] = Page(p, title=f"In brief: {words(r, 3)}", text=prose(r, r.randint(10, 60)), notice=notice,
+                            links=(make_link("/", h.url(p), h.url("/"), form="root", zone="nav"),),
+                            style="origin", dup_group=f"brief-{n}")
+            home_targets.append((p, "root"))
     home = _links_page(h, "/", home_targets, 50, style=h.variant)
     pages["/"] = home
     return pages
@@ -696,6 +713,29 @@ class Plan:
         if h is None:
             return None
         return h.page(parts.path + ("?" + parts.query if parts.query else ""))
+
+    def dup_clusters(self) -> dict[str, list[str]]:
+        """The near-duplicate truth: dup_group -> the normalised URLs of the dup hosts that serve it.
+
+        Every URL a crawler reaches from the dup hosts' home pages (``reachable``: variant URLs such as
+        ``?ref=front`` and ``?page=1`` included; tracking and session parameters normalise away, so such
+        links are the same URL) whose page has a ``dup_group``. An article's group holds its original,
+        variants, print version and mirrors; a brief's group is the brief alone (a negative: distinct
+        pages sharing a heavy template). Empty without the ``dup`` kind.
+        """
+        clusters: dict[str, list[str]] = {}
+        for h in self.by_kind("dup"):
+            for url in h.reachable():
+                page = self.page(url)
+                if page is not None and page.dup_group:
+                    clusters.setdefault(page.dup_group, []).append(url)
+        return clusters
+
+    def dup_pairs(self) -> dict[tuple[str, str], bool]:
+        """Every unordered pair of URLs in :meth:`dup_clusters` (as a sorted tuple) -> same group or not."""
+        group = {url: g for g, urls in self.dup_clusters().items() for url in urls}
+        urls = sorted(group)
+        return {(a, b): group[a] == group[b] for i, a in enumerate(urls) for b in urls[i + 1:]}
 
     def addresses(self) -> dict[str, list[str]]:
         """Address -> host names (bound addresses only; hostile-refused's address is never bound)."""
