@@ -30,7 +30,7 @@ The rules, each decided here once:
 - **The original** is the earliest fetched copy, ties by the smallest url_fp: index rows are
   originals of earlier rounds; of two candidates of the round the later one is the copy. A copy
   whose earliest match is itself a copy (near-duplicates are not transitive) names that one's
-  original: one hop, so ``dup_of`` always names a page that is no duplicate of this round.
+  original, one hop only: a chain of three or more copies within one round can still name a copy.
   Not yet: a consistent same-site ``rel=canonical`` winning over the earliest copy.
 - A copy is not added to the index; every other candidate is, under each of its block keys.
 
