@@ -31,6 +31,8 @@ The rules, each decided here once:
   originals of earlier rounds; of two candidates of the round the later one is the copy. A copy
   whose earliest match is itself a copy (near-duplicates are not transitive) names that one's
   original, one hop only: a chain of three or more copies within one round can still name a copy.
+  An exact duplicate (same payload digest) of a page found a near-duplicate names that page's
+  original too (its exact original was decided first, by ``first_seen``).
   Not yet: a consistent same-site ``rel=canonical`` winning over the earliest copy.
 - A copy is not added to the index; every other candidate is, under each of its block keys.
 
@@ -114,8 +116,13 @@ def mark_near_duplicates(updated: DataFrame, near: DataFrame, *, duplicate_inter
     """``updated`` with each row of ``near`` made a ``duplicate`` of its original (``dup_of``, the duplicate
     interval): the same change :func:`jobs.update_transforms.mark_duplicates` makes for an exact copy."""
     df = updated.join(near, "url_fp", "left")
-    return as_duplicates(df, F.col(NEAR_OF).isNotNull(), F.col(NEAR_OF),
-                         duplicate_interval_s=duplicate_interval_s).drop(NEAR_OF)
+    df = as_duplicates(df, F.col(NEAR_OF).isNotNull(), F.col(NEAR_OF),
+                       duplicate_interval_s=duplicate_interval_s).drop(NEAR_OF)
+    # an exact copy of a page this round found a near-duplicate names that page's original instead
+    hop = near.select(F.col("url_fp").alias("_exact_of"), F.col(NEAR_OF).alias("_exact_near_of"))
+    return (df.join(hop, F.col("dup_of") == F.col("_exact_of"), "left")
+            .withColumn("dup_of", F.coalesce(F.col("_exact_near_of"), F.col("dup_of")))
+            .drop("_exact_of", "_exact_near_of"))
 
 
 def index_rows(cands: DataFrame, near: DataFrame, *, round_no: int, near_bits: int) -> DataFrame:
