@@ -181,6 +181,7 @@ RULES: dict[str, Check] = {
     "dedup.minhash_permutations": between(1, 1024),
     "dedup.jaccard_threshold": SHARE,
     "dedup.length_ratio": SHARE,
+    "dedup.near_duplicates": ANY,
     "warc.max_file_bytes": COUNT,
     "warc.prefix": NAME,
     "warc.operator": ONE_LINE,  # a WARC header value: a line break would end the header

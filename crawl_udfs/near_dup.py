@@ -31,18 +31,21 @@ from datasketch import MinHash
 
 from crawl_udfs.simhash import shingles
 
-__all__ = ["SEED", "block_keys", "minhash", "jaccard", "near_duplicates"]
+__all__ = ["SEED", "INDEX_SHIFT", "blocks", "block_keys", "minhash", "jaccard", "near_duplicates"]
 
 SEED = 1
 """Seed of the MinHash permutations: signatures made with another seed cannot be compared."""
 
 _MASK = (1 << 64) - 1
-_INDEX_SHIFT = 58  # a key is (block index << 58) | block bits: blocks are at most 58 bits wide (k >= 1)
+INDEX_SHIFT = 58  # a key is (block index << 58) | block bits: blocks are at most 58 bits wide (k >= 1)
 _MAX_BLOCKS = 32   # index < 32 keeps the key below 2**63
 
 
-def _blocks(k: int) -> tuple[tuple[int, int], ...]:
-    """(shift, width) of the k + 1 blocks, from the low bits, widths differing by at most one."""
+def blocks(k: int) -> tuple[tuple[int, int], ...]:
+    """(shift, width) of the k + 1 blocks, from the low bits, widths differing by at most one: the one
+    layout of the keys (``jobs/dedup_transforms.block_keys`` builds the same keys as a Spark Column)."""
+    if not 1 <= k < _MAX_BLOCKS:
+        raise ValueError(f"block keys need 1 <= k <= {_MAX_BLOCKS - 1}, got {k}")
     n = k + 1
     base, extra = divmod(64, n)
     out, shift = [], 0
@@ -55,11 +58,9 @@ def _blocks(k: int) -> tuple[tuple[int, int], ...]:
 
 def block_keys(fingerprint: int, k: int) -> list[int]:
     """The k + 1 block keys of a 64-bit SimHash (signed or unsigned); ``1 <= k <= 31``."""
-    if not 1 <= k < _MAX_BLOCKS:
-        raise ValueError(f"block keys need 1 <= k <= {_MAX_BLOCKS - 1}, got {k}")
     fp = fingerprint & _MASK
-    return [(i << _INDEX_SHIFT) | ((fp >> shift) & ((1 << width) - 1))
-            for i, (shift, width) in enumerate(_blocks(k))]
+    return [(i << INDEX_SHIFT) | ((fp >> shift) & ((1 << width) - 1))
+            for i, (shift, width) in enumerate(blocks(k))]
 
 
 @cache

@@ -119,6 +119,8 @@ class FetchResult:
     depth: int | None = None             # in_round: its depth (parent's + 1)
     score: float | None = None           # in_round: its score (as update gives a new URL)
     source_fp: int | None = None         # in_round: url_fp of the page it was found on
+    minhash: bytes | None = None         # MinHash of the main text's shingles (crawl_udfs.near_dup.minhash)
+    words: int | None = None             # main-text length in words (the near-duplicate length check)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -40,7 +40,9 @@ cdxj-indexer keys CDXJ lines with, so both indexes sort alike.
 ``duplicate_of`` (our addition): the URL of the original when update marked
 the capture an exact duplicate (``fetch_log.dup_of``, a url_fp, written from
 the same decision as ``crawldb.dup_of``: the original of a digest is the URL
-seen first, ``jobs/update_transforms.mark_duplicates``); null otherwise. It is
+seen first, ``jobs/update_transforms.mark_duplicates``), or a near-duplicate
+(``dedup.near_duplicates``: the earliest fetched copy, ``jobs/dedup_transforms.py``);
+null otherwise. It is
 read per capture from ``fetch_log`` rather than from ``crawldb.dup_of``, which
 holds only a URL's latest copy: an older capture keeps the verdict it had.
 

@@ -18,8 +18,8 @@ Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms
    whenMatched(``_kind`` in update/budget AND ``t.updated_round < N``) → update
    all; whenNotMatched(``_kind`` in update/new) → insert.
 2. MERGE into ``hosts`` on ``host``, guarded by ``t.updated_round < N``.
-3. Appends to ``fetch_log`` and ``links`` with ``txnAppId = deltacrawl-update-<table>``,
-   ``txnVersion = N``: a rerun of round N appends nothing.
+3. Appends to ``fetch_log`` and ``links`` (and ``near_dup_index`` with ``dedup.near_duplicates``) with
+   ``txnAppId = deltacrawl-update-<table>``, ``txnVersion = N``: a rerun of round N appends nothing.
 4. Ledger N ``updated`` with its counters (``schemas/counters.py``, verb update) and ``seconds.update`` (and
    ``seconds.round`` when ``rounds.crawl`` passes the round's start).
 
@@ -68,9 +68,16 @@ attempted, ``http_status`` = its code and ``last_fetch_time`` = its fetch_time.
 Exact duplicates: among this batch's ok/304 rows and the crawl DB's
 fetched/not_modified rows not re-decided by the batch, the original of a digest
 is the earliest ``first_seen`` (ties: smallest url_fp); every other ok/304 row
-of the batch with that digest is ``duplicate``. (Near-duplicates by SimHash do
-not change a URL's status; they are looked up within each host, for trap
-detection only — see "Traps" below.)
+of the batch with that digest is ``duplicate``.
+
+Near-duplicates (``dedup.near_duplicates``, off by default): the round's other
+first copies are looked up in ``near_dup_index`` and among themselves, across
+hosts (SimHash block keys, within ``simhash.near_duplicate_bits``, then the
+MinHash and length checks of ``[dedup]``); a copy of an earlier fetched page
+(ties: smallest url_fp) becomes ``duplicate`` as in row 2, with ``dup_of`` in
+``crawldb`` and ``fetch_log``, and is not indexed; the others are appended to
+the index. Rules: ``jobs/dedup_transforms.py``. Trap detection reads the round
+before this step and still looks SimHash up within each host ("Traps" below).
 
 New URLs: the outlinks of the round's pages (kinds a, area, frame, iframe,
 canonical, redirect). Dropped: nofollow links unless ``parse.follow_nofollow``
@@ -165,6 +172,7 @@ from typing import Any, Callable
 
 from crawl_udfs.config import Config
 from jobs import common, faults, ledger
+from jobs import dedup_transforms as D
 from jobs import hosts_transforms as HT
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
@@ -186,10 +194,11 @@ class Plan:
     hosts: Any            # HOSTS rows to merge
     fetch_log: Any
     links: Any
+    near_dup_index: Any = None  # NEAR_DUP_INDEX rows to append (dedup.near_duplicates on), else None
 
 
 def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: int, now: dt.datetime,
-         keep: Callable[[Any], Any] = lambda df: df,
+         near_dup_index=None, keep: Callable[[Any], Any] = lambda df: df,
          observe: Callable[[str, Any], Any] = lambda name, df: df) -> Plan:
     """The whole update of one round as DataFrames, from the inputs as they were before it.
 
@@ -200,6 +209,10 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     first of them computes (name ``crawldb``, before the semi-join with the round's
     URLs) and to the new hosts rows before they are kept (``hosts``): ``run`` counts
     its counters there (:class:`jobs.update_counters.Counters`), so no count needs a job of its own.
+    With ``dedup.near_duplicates`` on, ``near_dup_index`` (the table, read whole: only rows of earlier
+    rounds are used) is where the round's first copies are looked up (``jobs/dedup_transforms.py``),
+    after trap detection has read the round; the near-duplicates found (``near_duplicates``, observed)
+    become duplicates like exact ones, and the round's other first copies are the index rows to append.
     """
     park = conf.politeness.failure_park_duration_s
     scan = observe("crawldb", crawldb)
@@ -210,6 +223,15 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
     signals = HT.trap_signals(updated, crawldb, near_bits=conf.simhash.near_duplicate_bits)
+    index_rows = None
+    if conf.dedup.near_duplicates:
+        k, d = conf.simhash.near_duplicate_bits, conf.dedup
+        cands = keep(D.candidates(updated, prepared))
+        near = keep(observe("near_duplicates", D.near_duplicate_of(
+            cands, near_dup_index, round_no=round_no, near_bits=k, jaccard_threshold=d.jaccard_threshold,
+            length_ratio=d.length_ratio)))
+        updated = keep(D.mark_near_duplicates(updated, near, duplicate_interval_s=conf.schedule.duplicate_interval_s))
+        index_rows = D.index_rows(cands, near, round_no=round_no, near_bits=k)
     counts = HT.page_counts(updated).join(signals, "host", "left")
     hosts_new = HT.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
     hosts_new = HT.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
@@ -220,7 +242,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     source = T.merge_source(updated, new, budget, exhausted)  # computed once, by its staging write
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
-                links=T.link_rows(prepared, round_no=round_no))
+                links=T.link_rows(prepared, round_no=round_no), near_dup_index=index_rows)
 
 
 def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | None = None,
@@ -260,16 +282,20 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
     hosts = common.read_at(spark, conf, "hosts", row["hosts_version"])
     fetch_output = common.read(spark, conf, "fetch_output").where(F.col("round") == n)
     fetch_list = common.read(spark, conf, "fetch_list").where(F.col("round") == n)
+    index = common.read(spark, conf, "near_dup_index") if conf.dedup.near_duplicates else None
     stage = staging_dir(conf, n)
     kept = itertools.count()
 
     def keep(df):  # intermediate results: written once, read back with a one-scan lineage
         return _staged(spark, df, f"{stage}/part-{next(kept)}")
     observed = Counters(now)
-    p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, keep=keep, observe=observed)
+    p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, near_dup_index=index, keep=keep,
+             observe=observed)
     # the plan is computed once, into Parquet, before any commit; the counters by the same writes
-    staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in (
-        ("crawldb_source", p.crawldb_source), ("fetch_log", p.fetch_log), ("links", p.links))}
+    sources = [("crawldb_source", p.crawldb_source), ("fetch_log", p.fetch_log), ("links", p.links)]
+    if p.near_dup_index is not None:
+        sources.append(("near_dup_index", p.near_dup_index))
+    staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in sources}
     staged["hosts"] = p.hosts  # already staged by ``keep``
     counts = observed.counts()
     _merge_crawldb(spark, conf, staged["crawldb_source"], n, tag)
@@ -278,6 +304,8 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
     faults.point("update.after_fetch_log")
     _append(conf, staged["links"], "links", n, tag)
     faults.point("update.after_links")
+    if "near_dup_index" in staged:
+        _append(conf, staged["near_dup_index"], "near_dup_index", n, tag)
     return counts
 
 

@@ -230,13 +230,21 @@ def mark_duplicates(updated: DataFrame, crawldb: DataFrame, *, duplicate_interva
                  .agg(F.min(F.struct("first_seen", "url_fp")).getField("url_fp").alias("_orig")))
     df = updated.join(originals, "digest", "left")
     dup = F.col("_stored") & F.col("_orig").isNotNull() & (F.col("_orig") != F.col("url_fp"))
+    return as_duplicates(df, dup, F.col("_orig"), duplicate_interval_s=duplicate_interval_s).drop("_orig")
+
+
+def as_duplicates(df: DataFrame, dup: Column, original: Column, *, duplicate_interval_s: float) -> DataFrame:
+    """Rows where ``dup`` holds become ``duplicate`` copies of ``original`` (``dup_of``), due again after
+    ``duplicate_interval_s``; the one change for exact and near duplicates (``jobs/dedup_transforms.py``)."""
     iv = F.lit(float(duplicate_interval_s))
+    df = df.withColumn("_dup", dup)
+    dup = F.col("_dup")
     return (df.withColumn("status", F.when(dup, Status.DUPLICATE.value).otherwise(F.col("status")))
-            .withColumn("dup_of", F.when(dup, F.col("_orig")).otherwise(F.col("dup_of")))
+            .withColumn("dup_of", F.when(dup, original).otherwise(F.col("dup_of")))
             .withColumn("fetch_interval_s", F.when(dup, iv).otherwise(F.col("fetch_interval_s")))
             .withColumn("next_fetch_time", F.when(dup, plus_seconds(F.col(BASE), iv))
                         .otherwise(F.col("next_fetch_time")))
-            .drop("_orig"))
+            .drop("_dup"))
 
 
 # -- 3. discovery ------------------------------------------------------------------------------

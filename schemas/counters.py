@@ -58,7 +58,9 @@ COUNTERS: tuple[Counter, ...] = (
                                   "(new outlinks, and URLs followed and fetched inside the round)"),
     Counter("updated_urls", "update", "crawldb rows of the round's fetched URLs rewritten (rows that existed before)"),
     Counter("duplicates", "update", "fetched URLs of the round (rewritten or followed in-round) marked exact "
-                                    "duplicates of another URL's copy"),
+                                    "duplicates of another URL's copy (or near-duplicates: dedup.near_duplicates)"),
+    Counter("near_duplicates", "update", "of them, near-duplicates (SimHash, MinHash and length) of an earlier page"),
+    Counter("near_dup_index", "update", "near_dup_index rows appended (block keys of the round's new originals)"),
     Counter("budget_exhausted", "update", "crawldb rows left budget_exhausted by this round's MERGE source"),
     Counter("hosts_updated", "update", "hosts rows written (hosts seen this round)"),
     Counter("hosts_throttled", "update", "of them, throttled by trap detection (round_cap set)"),

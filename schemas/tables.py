@@ -233,6 +233,24 @@ FETCH_OUTPUT = StructType([
     _f("depth", IntegerType(), True, "in_round rows: depth (parent's + 1), for update's insert"),
     _f("score", DoubleType(), True, "in_round rows: score (parent's x scope.score_decay / its followed links)"),
     _f("source_fp", LongType(), True, "in_round rows: url_fp of the page the URL was found on"),
+    # near-duplicate signatures (crawl_udfs/near_dup.py); last, so `init` appends them to old tables
+    _f("minhash", BinaryType(), True, "MinHash of the main text's shingles: dedup.minhash_permutations x 4 bytes"),
+    _f("words", IntegerType(), True, "main-text length in words (null: no main text)"),
+])
+
+#: The near-duplicate index (jobs/dedup_transforms.py): one row per (SimHash block key, original page),
+#: so a round's lookup is an equi-join on ``block_key`` (an array of keys per page would have to be
+#: exploded over the whole index every round). Written by update (append once per round), only when
+#: ``dedup.near_duplicates`` is on; a page marked duplicate is never added.
+NEAR_DUP_INDEX = StructType([
+    _f("block_key", LongType(), False, "one of the page's k + 1 SimHash block keys (crawl_udfs.near_dup.block_keys)"),
+    _f("url_fp", LongType(), False, "the original page's key in crawldb"),
+    _f("host", StringType(), False, ""),
+    _f("simhash", LongType(), False, "64-bit SimHash of its main text"),
+    _f("words", IntegerType(), False, "main-text length in words"),
+    _f("first_fetched", TimestampType(), False, "fetch time of the copy indexed (the original is the earliest)"),
+    _f("round", LongType(), False, "round whose update added it"),
+    _f("minhash", BinaryType(), False, "MinHash signature (dedup.minhash_permutations x 4 bytes, little-endian)"),
 ])
 
 
@@ -268,4 +286,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           comment="segment: the URLs each round fetches"),
     Table("fetch_output", FETCH_OUTPUT, partition_by=("round",), properties=_NO_DV,
           comment="segment: what each round's fetch tasks returned"),
+    # Not partitioned or clustered by block_key: unmeasured, left for issue 14's lookup benchmark.
+    Table("near_dup_index", NEAR_DUP_INDEX, properties=_NO_DV,
+          comment="one row per SimHash block key of each original page: the near-duplicate lookup"),
 )}

@@ -1,0 +1,133 @@
+"""Pure transforms of ``update`` for near-duplicates: the round's first copies against the index.
+
+DataFrames in, DataFrames out, plain values as parameters; no table is read or
+written here (STYLE.md rule 2). ``jobs/update.py`` runs them when
+``dedup.near_duplicates`` is on, after the exact duplicates
+(:func:`jobs.update_transforms.mark_duplicates`) and after trap detection has
+read the round (its signals are unchanged by this module).
+
+Pipeline:
+
+    candidates(updated, prepared)                the round's first copies with a SimHash and a MinHash
+    near_duplicate_of(cands, index, ...)         url_fp -> the original's url_fp, for the copies found
+    mark_near_duplicates(updated, near, ...)     status duplicate, dup_of (crawldb and fetch_log)
+    index_rows(updated, cands, ...)              the round's new originals, one row per block key
+
+The rules, each decided here once:
+
+- **Candidates** are first copies (``_first``: ok, a digest, no stored copy before) that are not
+  exact duplicates and have a SimHash (not :data:`crawl_udfs.simhash.EMPTY`), a MinHash and a
+  length. Re-fetched pages are not looked up again (left: a page whose content changed keeps its
+  index rows).
+- **Lookup**: each candidate's k + 1 block keys (:func:`block_keys`, the layout of
+  :func:`crawl_udfs.near_dup.block_keys`, k = ``simhash.near_duplicate_bits``; Manku, Jain and
+  Das Sarma, WWW 2007) are equi-joined with the index's ``block_key`` and with the other
+  candidates of the round; a pair is kept when ``bit_count(a ^ b) <= k`` and the second check
+  passes (:func:`crawl_udfs.near_dup.near_duplicates`: MinHash Jaccard estimate and main-text
+  length, run as a Python UDF on the candidate pairs only). Across hosts: a mirror lives on
+  another host. Only index rows of earlier rounds are read (``round < N``), so a rerun of round N
+  decides the same whatever it already appended.
+- **The original** is the earliest fetched copy, ties by the smallest url_fp: index rows are
+  originals of earlier rounds; of two candidates of the round the later one is the copy. A copy
+  whose earliest match is itself a copy (near-duplicates are not transitive) names that one's
+  original, one hop only: a chain of three or more copies within one round can still name a copy.
+  An exact duplicate (same payload digest) of a page found a near-duplicate names that page's
+  original too (its exact original was decided first, by ``first_seen``).
+  Not yet: a consistent same-site ``rel=canonical`` winning over the earliest copy.
+- A copy is not added to the index; every other candidate is, under each of its block keys.
+
+Not here yet (issue 14): bucket caps (a template shared by thousands of pages makes its block
+keys' buckets, and so the pair count, large), promotion of a copy when its original goes, trap
+detection reading the index.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType
+
+from crawl_udfs import near_dup
+from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
+from jobs.update_transforms import FIRST, as_duplicates
+from schemas.status import Status
+from schemas.tables import NEAR_DUP_INDEX
+
+#: Column of :func:`near_duplicate_of`: the url_fp of the copy's original.
+NEAR_OF = "_near_of"
+
+
+def block_keys(simhash: Column, k: int) -> Column:
+    """:func:`crawl_udfs.near_dup.block_keys` of a SimHash Column, as ``array<long>`` (same layout, same keys)."""
+    keys = []
+    for i, (shift, width) in enumerate(near_dup.blocks(int(k))):
+        bits = F.shiftrightunsigned(simhash, shift).bitwiseAND(F.lit((1 << width) - 1).cast("long"))
+        keys.append(bits.bitwiseOR(F.lit(i << near_dup.INDEX_SHIFT).cast("long")))
+    return F.array(*keys)
+
+
+def candidates(updated: DataFrame, prepared: DataFrame) -> DataFrame:
+    """``url_fp``, ``host``, ``simhash``, ``minhash``, ``words``, ``first_fetched`` of the round's first copies
+    that are no exact duplicate and have both signatures (``prepared``: the page rows, for the MinHash)."""
+    sig = prepared.select("url_fp", "minhash", "words")
+    first = updated.where(F.col(FIRST) & (F.col("status") != Status.DUPLICATE.value) & F.col("simhash").isNotNull()
+                          & (F.col("simhash") != F.lit(EMPTY_SIMHASH)))
+    return (first.select("url_fp", "host", "simhash", F.col("last_fetch_time").alias("first_fetched"))
+            .join(sig, "url_fp")
+            .where(F.col("minhash").isNotNull() & F.col("words").isNotNull() & F.col("first_fetched").isNotNull()))
+
+
+def _second_check(jaccard_threshold: float, length_ratio: float):
+    """:func:`crawl_udfs.near_dup.near_duplicates` as a UDF; signatures of other sizes never match."""
+    def check(a, b, words_a, words_b) -> bool:
+        if len(a) != len(b):  # dedup.minhash_permutations changed during the crawl
+            return False
+        return near_dup.near_duplicates(bytes(a), bytes(b), int(words_a), int(words_b), jaccard_threshold,
+                                        length_ratio)
+    return F.udf(check, BooleanType())
+
+
+def near_duplicate_of(cands: DataFrame, index: DataFrame, *, round_no: int, near_bits: int,
+                      jaccard_threshold: float, length_ratio: float) -> DataFrame:
+    """``url_fp``, ``_near_of``: each candidate that is a near-duplicate of an earlier page (index rows of
+    rounds before ``round_no``, or an earlier candidate of the round), with its original (see the module)."""
+    k = int(near_bits)
+    cols = ("url_fp", "simhash", "minhash", "words", "first_fetched")
+    mine = cands.select(*cols, F.explode(block_keys(F.col("simhash"), k)).alias("block_key"))
+    keys = mine.select("block_key").distinct()
+    indexed = (index.where(F.col("round") < F.lit(int(round_no)))
+               .join(F.broadcast(keys), "block_key", "left_semi").select("block_key", *cols))
+    other = indexed.unionByName(mine).select("block_key", *[F.col(c).alias(f"o_{c}") for c in cols])
+    earlier = ((F.col("o_first_fetched") < F.col("first_fetched"))
+               | ((F.col("o_first_fetched") == F.col("first_fetched")) & (F.col("o_url_fp") < F.col("url_fp"))))
+    close = F.bit_count(F.col("simhash").bitwiseXOR(F.col("o_simhash"))) <= F.lit(k)
+    pairs = (mine.join(other, "block_key").where(earlier & close)
+             .dropDuplicates(["url_fp", "o_url_fp"]))  # a pair agreeing on several blocks is one pair
+    check = _second_check(float(jaccard_threshold), float(length_ratio))
+    pairs = pairs.where(check(F.col("minhash"), F.col("o_minhash"), F.col("words"), F.col("o_words")))
+    best = pairs.groupBy("url_fp").agg(
+        F.min(F.struct("o_first_fetched", "o_url_fp")).getField("o_url_fp").alias(NEAR_OF))
+    hop = best.select(F.col("url_fp").alias("_hop_fp"), F.col(NEAR_OF).alias("_hop_of"))
+    return (best.join(hop, F.col(NEAR_OF) == F.col("_hop_fp"), "left")
+            .select("url_fp", F.coalesce(F.col("_hop_of"), F.col(NEAR_OF)).alias(NEAR_OF)))
+
+
+def mark_near_duplicates(updated: DataFrame, near: DataFrame, *, duplicate_interval_s: float) -> DataFrame:
+    """``updated`` with each row of ``near`` made a ``duplicate`` of its original (``dup_of``, the duplicate
+    interval): the same change :func:`jobs.update_transforms.mark_duplicates` makes for an exact copy."""
+    df = updated.join(near, "url_fp", "left")
+    df = as_duplicates(df, F.col(NEAR_OF).isNotNull(), F.col(NEAR_OF),
+                       duplicate_interval_s=duplicate_interval_s).drop(NEAR_OF)
+    # an exact copy of a page this round found a near-duplicate names that page's original instead
+    hop = near.select(F.col("url_fp").alias("_exact_of"), F.col(NEAR_OF).alias("_exact_near_of"))
+    return (df.join(hop, F.col("dup_of") == F.col("_exact_of"), "left")
+            .withColumn("dup_of", F.coalesce(F.col("_exact_near_of"), F.col("dup_of")))
+            .drop("_exact_of", "_exact_near_of"))
+
+
+def index_rows(cands: DataFrame, near: DataFrame, *, round_no: int, near_bits: int) -> DataFrame:
+    """NEAR_DUP_INDEX rows of the round's candidates that are no near-duplicate: one per block key."""
+    kept = cands.join(near.select("url_fp"), "url_fp", "left_anti")
+    df = kept.select("*", F.explode(block_keys(F.col("simhash"), int(near_bits))).alias("block_key"),
+                     F.lit(int(round_no)).cast("long").alias("round"))
+    return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in NEAR_DUP_INDEX.fields])
