@@ -212,7 +212,8 @@ def _fetched_round(spark, tmp, conf):
         clusters = web.plan.dup_clusters()
         fconf = config.load(overrides=[
             f'net.hosts_file="{web.hosts_file}"', 'net.allow_private_cidrs=["127.10.0.0/16"]',
-            "politeness.host_delay_s=0.05", "fetch.task_budget_s=60"])
+            "politeness.host_delay_s=0.05", "fetch.task_budget_s=60",
+            "dedup.near_duplicates=true"])  # the task computes the signatures only with the key on
         urls = sorted(u for us in clusters.values() for u in us)
         items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in urls]
         out = list(fetch_partition(items, fconf, warc_dir=str(tmp / "w"), warc_name=lambda i: f"d-{i}.warc.gz"))
