@@ -297,7 +297,7 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
         sources.append(("near_dup_index", p.near_dup_index))
     staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in sources}
     staged["hosts"] = p.hosts  # already staged by ``keep``
-    counts = observed.counts()
+    counts = {"near_duplicates": 0, "near_dup_index": 0, **observed.counts()}  # declared: written, 0 with the key off
     _merge_crawldb(spark, conf, staged["crawldb_source"], n, tag)
     _merge_hosts(spark, conf, staged["hosts"], n, tag)
     _append(conf, staged["fetch_log"], "fetch_log", n, tag)
