@@ -3,8 +3,9 @@
 Guarantees:
 - **A page's result is its verdict plus the verdict's effects**: :func:`crawl_udfs.classify.classify`
   decides; here the WARC record is written (one exchange at a time, under a lock, its records
-  together), the body parsed, its admitted outlinks kept and its main text SimHashed, MinHashed
-  and its words counted (update's near-duplicate check). A bug in one page's work becomes that
+  together), the body parsed, its admitted outlinks kept and its main text SimHashed (and, with
+  ``dedup.near_duplicates`` on, MinHashed and its words counted for update's near-duplicate
+  check). A bug in one page's work becomes that
   page's ``internal`` error row, logged, and never sinks the task.
 - **At most one page's work per loop turn.** With ``fetch.parse_threads = 0`` one coroutine works
   the queue on the event loop, one page, then yields; with N > 0 the pages go to N threads.
