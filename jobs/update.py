@@ -70,7 +70,7 @@ fetched/not_modified rows not re-decided by the batch, the original of a digest
 is the earliest ``first_seen`` (ties: smallest url_fp); every other ok/304 row
 of the batch with that digest is ``duplicate``.
 
-Near-duplicates (``dedup.near_duplicates``, off by default): the round's other
+Near-duplicates (``dedup.near_duplicates``, on by default): the round's other
 first copies are looked up in ``near_dup_index`` and among themselves, across
 hosts (SimHash block keys, within ``simhash.near_duplicate_bits``, then the
 MinHash and length checks of ``[dedup]``); a copy of an earlier fetched page
