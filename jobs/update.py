@@ -178,7 +178,7 @@ from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
 from jobs.update_counters import Counters
 from schemas import counters
-from schemas.tables import CRAWLDB, HOSTS, TABLES
+from schemas.tables import CRAWLDB, HOSTS, NEAR_DUP_INDEX, TABLES
 
 _META = "spark.databricks.delta.commitInfo.userMetadata"
 #: Adaptive execution off while update plans and writes (why: ``common.STATIC_PLANS``).
@@ -226,6 +226,8 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     index_rows = None
     if conf.dedup.near_duplicates:
         k, d = conf.simhash.near_duplicate_bits, conf.dedup
+        if near_dup_index is None:  # no index yet (a caller with no table): the round's pages among themselves
+            near_dup_index = crawldb.sparkSession.createDataFrame([], NEAR_DUP_INDEX)
         cands = keep(D.candidates(updated, prepared))
         near = keep(observe("near_duplicates", D.near_duplicate_of(
             cands, near_dup_index, round_no=round_no, near_bits=k, jaccard_threshold=d.jaccard_threshold,
