@@ -220,8 +220,6 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
     updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))
-    new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
-                     default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
     signals = HT.trap_signals(updated, crawldb, near_bits=conf.simhash.near_duplicate_bits)
     index_rows = None
     if conf.dedup.near_duplicates:
@@ -232,6 +230,8 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
             length_ratio=d.length_ratio)))
         updated = keep(D.mark_near_duplicates(updated, near, duplicate_interval_s=conf.schedule.duplicate_interval_s))
         index_rows = D.index_rows(cands, near, round_no=round_no, near_bits=k)
+    new = T.discover(prepared, crawldb, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
+                     default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
     counts = HT.page_counts(updated).join(signals, "host", "left")
     hosts_new = HT.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
     hosts_new = HT.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
