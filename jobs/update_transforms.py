@@ -8,9 +8,10 @@ Pipeline (each step a function, each tested on small DataFrames):
 
     with_followed(fetch_list, pages)            the fetch list + the URLs followed inside the round
     prepare(pages, fetch_list, crawldb)         page rows + the URL's crawl-DB row (``o_*``)
-    transition(prepared, host_next, ...)        one new crawl-DB row per page row
+    transition(prepared, host_next, ...)        one new crawl-DB row per page row (changed: same_main_text)
     mark_duplicates(updated, crawldb, ...)      exact duplicates by payload digest
-    discover(prepared, crawldb, ...)            new URLs from (admitted) outlinks and redirect targets
+    (jobs/dedup_transforms.py: near-duplicates, with dedup.near_duplicates)
+    discover(prepared, crawldb, duplicates=...) new URLs from (admitted) outlinks and redirect targets
     (jobs/hosts_transforms.py: trap signals, the hosts rows, trap judgement, budgets)
     merge_source(updated, new, budget, ...)     one row per url_fp, flagged ``_kind``
     fetch_log_rows / link_rows                  the round's appends
@@ -112,11 +113,9 @@ def category(outcome: Column, code: Column) -> Column:
 
 # -- 2. the transition ---------------------------------------------------------------------
 def same_main_text(simhash: Column, stored: Column, bits: int) -> Column:
-    """Two copies of a page have the same main text: both SimHashes usable (not null, not
-    :data:`crawl_udfs.simhash.EMPTY`, which fingerprints no text) and at most ``bits`` apart
-    (``schedule.unchanged_simhash_bits``; -1: never). Never null. Why a SimHash distance and not
-    the digest alone: timestamps, rotating ads and session ids in links change the payload on every
-    response, and the main text (``crawl_udfs/main_text.py``) leaves them out (see ``jobs/update.py``)."""
+    """Two copies of a page have the same main text (never null): both SimHashes usable (not null, not
+    :data:`crawl_udfs.simhash.EMPTY`) and at most ``bits`` apart (``schedule.unchanged_simhash_bits``;
+    -1: never). A boilerplate-only change moves the digest, not this (``jobs/update.py``, "Changed")."""
     def usable(c: Column) -> Column:
         return c.isNotNull() & (c != F.lit(EMPTY_SIMHASH))
     return usable(simhash) & usable(stored) & (F.bit_count(simhash.bitwiseXOR(stored)) <= F.lit(int(bits)))
