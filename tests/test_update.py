@@ -421,7 +421,8 @@ def test_plan_hosts_counters_and_budget(spark):
     # the effective delay is the task's, else the old row's; resolve_error only while there is no address
     assert (ha["delay_s"], hb["delay_s"], h["d.test"]["delay_s"]) == (2.5, 1.5, 1.0)
     assert (ha["resolve_error"], hb["resolve_error"], h["d.test"]["resolve_error"]) == (None, None, "ssrf_blocked")
-    src = {r.url: (r["_kind"], r.status) for r in p.crawldb_source.collect()}
+    rows = p.crawldb_source.collect()
+    src = {r.url: (r["_kind"], r.status) for r in rows}
     # a.test reached 12 = budget: its unfetched URLs (old, deferred and new) are budget_exhausted
     assert src[a + "left1"] == ("budget", "budget_exhausted")
     assert src[a + "def"] == ("update", "budget_exhausted")
@@ -433,8 +434,9 @@ def test_plan_hosts_counters_and_budget(spark):
     assert src[a + "dup"] == ("update", "duplicate") and src[a + "ok"] == ("update", "fetched")
     assert len(src) == p.crawldb_source.count()                  # one row per url_fp
     # the duplicate's link: its score (1.0) x scope.duplicate_score_factor (the plan passes the marked rows)
-    score = {r.url: r.score for r in p.crawldb_source.collect()}
-    assert score[b + "fromdup"] == 1.0 * CONF.scope.duplicate_score_factor == 0.5 and score[b + "fresh"] == pytest.approx(1 / 3)
+    score = {r.url: r.score for r in rows}
+    assert score[b + "fromdup"] == 1.0 * CONF.scope.duplicate_score_factor == 0.5
+    assert score[b + "fresh"] == pytest.approx(1 / 3)
 
 
 def test_byte_budget_marks_with_the_reason(spark):
