@@ -201,11 +201,13 @@ RULES: dict[str, Check] = {
     "schedule.retry_base_s": SECONDS,
     "schedule.retry_max_s": SECONDS,
     "schedule.max_retries": COUNT,
+    "schedule.unchanged_simhash_bits": between(-1, 64),
     "scope.max_depth": ANY,  # any integer; negative means no limit
     "scope.allow_hosts": HOST_REGEXES,
     "scope.deny_hosts": HOST_REGEXES,
     "scope.same_host_only": ANY,
     "scope.score_decay": SHARE,
+    "scope.duplicate_score_factor": SHARE,
     "budget.max_pages_per_host": COUNT_OR_ZERO,
     "budget.max_bytes_per_host": COUNT_OR_ZERO,
     "trap.min_pages": COUNT,

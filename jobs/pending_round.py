@@ -15,8 +15,10 @@ and ``fetch_output`` (both committed when the round is ``fetched``):
   round N's pages (budgets stay exact), and its next allowed time, park,
   robots.txt, Crawl-delay, pace and address are what its fetch task ended with.
   Not anticipated: trap judgement (a trap's strike of round N applies from round
-  N+2, one round of its cap later) and exact duplicates (a copy found in round N
-  is re-crawled on its regular interval until update N marks it).
+  N+2, one round of its cap later) and duplicates (a copy found in round N
+  is re-crawled on its regular interval until update N marks it; the links it
+  found get their full score here, ``scope.duplicate_score_factor`` of it in
+  update N, whose rows are what generate N+2 reads).
 - **fetch N+1** (:func:`known_urls`, :func:`hosts_after`): the url_fps a task
   must not follow are the crawl DB's plus round N's pages (URLs followed inside
   round N are not in the crawl DB before update N) and the links round N found
@@ -74,7 +76,7 @@ def generate_crawldb(crawldb: DataFrame, fetch_list: DataFrame, fetch_output: Da
     urls = F.broadcast(fetch_list.select("url_fp").unionByName(_pages(fetch_output).select("url_fp")).distinct())
     kept = crawldb.join(urls, "url_fp", "left_anti")
     prepared = T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), None)  # the edges need no o_ row
-    new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
+    new = T.discover(prepared, crawldb, conf.scope, duplicates=None, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
     new = new.join(urls, "url_fp", "left_anti")
     cols = [F.col(f.name).cast(f.dataType) if f.name in new.columns else F.lit(None).cast(f.dataType).alias(f.name)

@@ -8,9 +8,10 @@ Pipeline (each step a function, each tested on small DataFrames):
 
     with_followed(fetch_list, pages)            the fetch list + the URLs followed inside the round
     prepare(pages, fetch_list, crawldb)         page rows + the URL's crawl-DB row (``o_*``)
-    transition(prepared, host_next, ...)        one new crawl-DB row per page row
+    transition(prepared, host_next, ...)        one new crawl-DB row per page row (changed: same_main_text)
     mark_duplicates(updated, crawldb, ...)      exact duplicates by payload digest
-    discover(prepared, crawldb, ...)            new URLs from (admitted) outlinks and redirect targets
+    (jobs/dedup_transforms.py: near-duplicates, with dedup.near_duplicates)
+    discover(prepared, crawldb, duplicates=...) new URLs from (admitted) outlinks and redirect targets
     (jobs/hosts_transforms.py: trap signals, the hosts rows, trap judgement, budgets)
     merge_source(updated, new, budget, ...)     one row per url_fp, flagged ``_kind``
     fetch_log_rows / link_rows                  the round's appends
@@ -25,6 +26,7 @@ from pyspark.sql import functions as F
 
 from crawl_udfs.admission import SAME_DOC_KINDS, link_depth, link_score
 from crawl_udfs.rows import Outcome
+from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
 
@@ -110,6 +112,15 @@ def category(outcome: Column, code: Column) -> Column:
 
 
 # -- 2. the transition ---------------------------------------------------------------------
+def same_main_text(simhash: Column, stored: Column, bits: int) -> Column:
+    """Two copies of a page have the same main text (never null): both SimHashes usable (not null, not
+    :data:`crawl_udfs.simhash.EMPTY`) and at most ``bits`` apart (``schedule.unchanged_simhash_bits``;
+    -1: never). A boilerplate-only change moves the digest, not this (``jobs/update.py``, "Changed")."""
+    def usable(c: Column) -> Column:
+        return c.isNotNull() & (c != F.lit(EMPTY_SIMHASH))
+    return usable(simhash) & usable(stored) & (F.bit_count(simhash.bitwiseXOR(stored)) <= F.lit(int(bits)))
+
+
 def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no: int,
                now: dt.datetime) -> DataFrame:
     """One updated crawl-DB row per page row (CRAWLDB columns + helper columns).
@@ -156,7 +167,8 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         plus_seconds(base, wait))
     changed = (F.when(cat == "not_modified", F.lit(False))
                .when((cat == "ok") & o("digest").isNotNull() & F.col("digest").isNotNull(),
-                     F.col("digest") != o("digest")))
+                     (F.col("digest") != o("digest"))
+                     & ~same_main_text(F.col("simhash"), o("simhash"), int(schedule.unchanged_simhash_bits))))
     ok = cat == "ok"
     redirect = cat.isin("redirect_perm", "redirect_temp", "bad_redirect")
     first_seen = F.coalesce(o("first_seen"), now_ts)
@@ -284,23 +296,35 @@ class ColumnOps:
 COLUMN_OPS = ColumnOps()
 
 
-def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow: bool, default_interval_s: float,
-             round_no: int, now: dt.datetime) -> DataFrame:
+def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, duplicates: DataFrame | None, follow_nofollow: bool,
+             default_interval_s: float, round_no: int, now: dt.datetime) -> DataFrame:
     """Crawl-DB rows for URLs first found this round (absent from ``crawldb``), one per url_fp.
 
     Every outlink was admitted by the fetch task (``crawl_udfs.admission``, with
     its page's host and depth), which also gave its ``host``: no rule is applied
-    again here. ``scope`` is the ``[scope]`` section (``score_decay``). Followed: links not marked nofollow
-    (all when ``follow_nofollow``), and redirect and canonical targets always.
+    again here. ``scope`` is the ``[scope]`` section (``score_decay``, ``duplicate_score_factor``).
+    Followed: links not marked nofollow (all when ``follow_nofollow``), and redirect and canonical
+    targets always.
     depth and score: ``crawl_udfs.admission.link_depth`` / ``link_score``, the rules the fetch task
     gives a link it follows in the round (parent depth + 1, parent score * score_decay / the parent's
     followed links; redirect/canonical: the parent's depth and score); a redirect target's
-    redirect_hops = the parent's + 1. Within
+    redirect_hops = the parent's + 1. ``duplicates``: the round's updated rows with every duplicate
+    marked (exact and near: ``status``, ``_cat``); a page that became a duplicate this round passes
+    only ``scope.duplicate_score_factor`` of its score to its links that share it (redirect and
+    canonical targets keep the whole score). None: no page is a duplicate (the pipelined view of a
+    round not updated yet, ``jobs/pending_round.py``, and the fetch task, which cannot know). Within
     the batch a URL keeps its smallest depth and largest score; its source is
     the parent of the shallowest path (then fewest hops, smallest src_fp).
     """
     e = _edges(prepared)
     same_doc = F.col("l.kind").isin(*SAME_DOC_KINDS)
+    src_score = F.col("src_score")
+    if duplicates is not None:  # a kept row (deferred) has no edges: its old status is no decision of this round
+        dup = (duplicates.where((F.col("status") == Status.DUPLICATE.value) & (F.col(CAT) != KEEP))
+               .select(F.col("url_fp").alias("src_fp"), F.lit(True).alias("_src_dup")))
+        e = e.join(dup, "src_fp", "left")
+        src_score = F.when(F.col("_src_dup").isNotNull() & ~same_doc,
+                           src_score * F.lit(float(scope.duplicate_score_factor))).otherwise(src_score)
     n_sharing = F.size(F.filter("outlinks", lambda x: _shares_score(x, follow_nofollow)))
     e = e.where(_followed(F.col("l"), follow_nofollow) & F.col("l.url_fp").isNotNull())
     e = e.select(
@@ -308,7 +332,7 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, follow_nofollow:
         "src_fp",
         link_depth(F.col("src_depth"), same_doc, COLUMN_OPS).alias("depth"),
         F.when(F.col("l.kind") == "redirect", F.col("src_hops") + 1).otherwise(F.lit(0)).alias("redirect_hops"),
-        link_score(F.col("src_score"), same_doc, n_sharing, float(scope.score_decay), COLUMN_OPS).alias("score"))
+        link_score(src_score, same_doc, n_sharing, float(scope.score_decay), COLUMN_OPS).alias("score"))
     best = F.min(F.struct("depth", "redirect_hops", "src_fp", "url", "host")).alias("b")
     d = e.groupBy("url_fp").agg(best, F.max("score").alias("score"))
     d = d.join(touching(crawldb.select("url_fp"), d, "url_fp"), "url_fp", "left_anti")

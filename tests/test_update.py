@@ -73,6 +73,7 @@ def no_hosts(spark):
 
 # -- the transition table -----------------------------------------------------------------------
 D = "http://t.test/"
+SH = -0x0F0F_1234_5678_9ABC  # a stored main-text SimHash
 # (name, page fields, old crawl-DB fields, expected fields of the updated row)
 TRANSITIONS = [
     ("ok_first", dict(outcome="ok", status_code=200, digest="sha1:A", simhash=7, content_type="text/html",
@@ -87,6 +88,24 @@ TRANSITIONS = [
     ("ok_same", dict(outcome="ok", status_code=200, digest="sha1:S"),
      dict(status="fetched", digest="sha1:S", fetch_count=1, last_change_time=FIRST),
      dict(status="fetched", fetch_count=2, change_count=0, unchanged_count=1, last_change_time=FIRST)),
+    # change detection by main text (schedule.unchanged_simhash_bits = 1): a new digest whose SimHash is
+    # 1 bit from the stored copy's is unchanged (a timestamp, an ad); 5 bits is changed (an edit); a
+    # missing or empty SimHash leaves the digest to decide (SH is negative: bits of a signed long)
+    ("ok_boilerplate_only", dict(outcome="ok", status_code=200, digest="sha1:B2", simhash=SH ^ (1 << 40)),
+     dict(status="fetched", digest="sha1:B1", simhash=SH, change_count=1, unchanged_count=2, last_change_time=FIRST),
+     dict(change_count=1, unchanged_count=3, last_change_time=FIRST, digest="sha1:B2", simhash=SH ^ (1 << 40))),
+    ("ok_edited_5_bits", dict(outcome="ok", status_code=200, digest="sha1:E2", simhash=SH ^ 0b11111),
+     dict(status="fetched", digest="sha1:E1", simhash=SH, change_count=1, unchanged_count=2, last_change_time=FIRST),
+     dict(change_count=2, unchanged_count=2, last_change_time=T0)),
+    ("ok_no_simhash", dict(outcome="ok", status_code=200, digest="sha1:M2"),
+     dict(status="fetched", digest="sha1:M1", simhash=SH, last_change_time=FIRST),
+     dict(change_count=1, unchanged_count=0, last_change_time=T0, simhash=None)),
+    ("ok_no_simhash_same_digest", dict(outcome="ok", status_code=200, digest="sha1:M1"),
+     dict(status="fetched", digest="sha1:M1", last_change_time=FIRST),
+     dict(change_count=0, unchanged_count=1, last_change_time=FIRST)),
+    ("ok_stored_empty_text", dict(outcome="ok", status_code=200, digest="sha1:T2", simhash=1),
+     dict(status="fetched", digest="sha1:T1", simhash=0, last_change_time=FIRST),
+     dict(change_count=1, unchanged_count=0, last_change_time=T0)),
     ("ok_after_errors", dict(outcome="ok", status_code=200, digest="sha1:R"),
      dict(status="error_retry", retries=2, error_class="timeout"),
      dict(status="fetched", retries=0, error_class=None)),
@@ -242,7 +261,7 @@ def _discovery_inputs(spark):
 
 def _discover(spark, conf):
     prepared, crawldb = _discovery_inputs(spark)
-    return by_url(T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
+    return by_url(T.discover(prepared, crawldb, conf.scope, duplicates=None, follow_nofollow=conf.parse.follow_nofollow,
                              default_interval_s=conf.schedule.default_interval_s, round_no=4, now=NOW))
 
 
@@ -297,7 +316,7 @@ def test_the_task_and_update_give_a_followed_link_the_same_depth_and_score(spark
     for follow_nofollow in (False, True):
         conf = CONF.with_overrides(f"parse.follow_nofollow={str(follow_nofollow).lower()}", "scope.score_decay=0.7")
         got = {u: (r["depth"], r["score"]) for u, r in by_url(T.discover(
-            prepared, frame(spark, [], CRAWLDB), conf.scope, follow_nofollow=follow_nofollow,
+            prepared, frame(spark, [], CRAWLDB), conf.scope, duplicates=None, follow_nofollow=follow_nofollow,
             default_interval_s=1.0, round_no=1, now=NOW)).items()}
         task = TaskHosts(conf, PolitenessScheduler(conf.politeness, clock=lambda: 0.0))
         items = [FetchItem(url=a + name, url_fp=fingerprint(a + name), host="a.test", depth=d, score=sc)
@@ -316,6 +335,27 @@ def test_the_task_and_update_give_a_followed_link_the_same_depth_and_score(spark
             for (u, _, kind, _, _) in p["outlinks"]:
                 if kind in SAME_DOC_KINDS:
                     assert got[u] == (link_depth(d, True), link_score(sc, True, n, 0.7)) == (d, sc), u
+
+
+def test_a_duplicates_links_enter_with_a_lower_score(spark):
+    """A page that update marked a duplicate this round (exact or near: ``status``; test_plan_hosts_counters_and_budget
+    runs it through the plan) passes scope.duplicate_score_factor of its score to its links; its canonical
+    target keeps the whole score; a URL also linked from a page that is no duplicate keeps the larger score;
+    a deferred row's old duplicate status is no decision of this round."""
+    a = "http://a.test/"
+    pages = [page(a + "dup", "ok", status_code=200, outlinks=[link(a + "x"), link(a + "shared"),
+                                                               link(a + "canon", "canonical")]),
+             page(a + "other", "ok", status_code=200, outlinks=[link(a + "shared")])]
+    flist = [listed(a + "dup", score=1.0), listed(a + "other", score=0.4)]
+    prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, flist, FETCH_LIST), None)
+    crawldb = frame(spark, [], CRAWLDB)
+    up = spark.createDataFrame([(fingerprint(a + "dup"), "duplicate", "ok"), (fingerprint(a + "other"), "duplicate",
+                                T.KEEP)], f"url_fp string, status string, {T.CAT} string")
+    conf = CONF.with_overrides("scope.score_decay=0.8", "scope.duplicate_score_factor=0.25")
+    got = {u: r["score"] for u, r in by_url(T.discover(
+        prepared, crawldb, conf.scope, duplicates=up, follow_nofollow=False, default_interval_s=1.0, round_no=4,
+        now=NOW)).items()}
+    assert got == pytest.approx({a + "x": 1.0 * 0.25 * 0.8 / 2, a + "shared": 0.4 * 0.8, a + "canon": 1.0})
 
 
 def test_links_and_fetch_log(spark):
@@ -341,7 +381,7 @@ def test_plan_hosts_counters_and_budget(spark):
             old(a + "left1"), old(a + "left2", status="error_retry"), old(b + "left"), old(b + "ok")]
     pages = [page(a + "ok", "ok", status_code=200, digest="sha1:NEW", wire_bytes=100,
                   outlinks=[link(a + "fresh"), link(b + "fresh"), link("http://c.test/fresh")]),
-             page(a + "dup", "ok", status_code=200, digest="sha1:O", wire_bytes=50),
+             page(a + "dup", "ok", status_code=200, digest="sha1:O", wire_bytes=50, outlinks=[link(b + "fromdup")]),
              page(a + "nm", "not_modified", status_code=304, digest="sha1:NM", wire_bytes=0),
              page(a + "404", "http_error", status_code=404, wire_bytes=7),
              page(a + "err", "error", error_class="timeout"),
@@ -381,7 +421,8 @@ def test_plan_hosts_counters_and_budget(spark):
     # the effective delay is the task's, else the old row's; resolve_error only while there is no address
     assert (ha["delay_s"], hb["delay_s"], h["d.test"]["delay_s"]) == (2.5, 1.5, 1.0)
     assert (ha["resolve_error"], hb["resolve_error"], h["d.test"]["resolve_error"]) == (None, None, "ssrf_blocked")
-    src = {r.url: (r["_kind"], r.status) for r in p.crawldb_source.collect()}
+    rows = p.crawldb_source.collect()
+    src = {r.url: (r["_kind"], r.status) for r in rows}
     # a.test reached 12 = budget: its unfetched URLs (old, deferred and new) are budget_exhausted
     assert src[a + "left1"] == ("budget", "budget_exhausted")
     assert src[a + "def"] == ("update", "budget_exhausted")
@@ -392,6 +433,10 @@ def test_plan_hosts_counters_and_budget(spark):
     assert a + "left2" not in src and b + "left" not in src     # not unfetched / host under budget
     assert src[a + "dup"] == ("update", "duplicate") and src[a + "ok"] == ("update", "fetched")
     assert len(src) == p.crawldb_source.count()                  # one row per url_fp
+    # the duplicate's link: its score (1.0) x scope.duplicate_score_factor (the plan passes the marked rows)
+    score = {r.url: r.score for r in rows}
+    assert score[b + "fromdup"] == 1.0 * CONF.scope.duplicate_score_factor == 0.5
+    assert score[b + "fresh"] == pytest.approx(1 / 3)
 
 
 def test_byte_budget_marks_with_the_reason(spark):
