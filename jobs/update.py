@@ -79,6 +79,14 @@ MinHash and length checks of ``[dedup]``); a copy of an earlier fetched page
 the index. Rules: ``jobs/dedup_transforms.py``. Trap detection reads the round
 before this step and still looks SimHash up within each host ("Traps" below).
 
+Duplicate URL patterns (``dedup.learn_patterns``): after the duplicates are marked, each host
+of the round relearns ``hosts.dup_patterns`` from its stored pages as this round leaves them: a
+first path segment (``/print/``) or query parameter (``?sid``, ``?ref=front``) whose pages mostly
+have the content of the same URL without it (``dedup.pattern_min_pages``,
+``dedup.pattern_min_share``). Generate and the fetch task's in-round following then skip (or
+lower, ``dedup.pattern_action``) the URLs matching them. Rules: ``jobs/pattern_transforms.py``,
+``crawl_udfs/url_patterns.py``.
+
 New URLs: the outlinks of the round's pages (kinds a, area, frame, iframe,
 canonical, redirect). Dropped: nofollow links unless ``parse.follow_nofollow``
 (redirect and canonical targets are never dropped for nofollow: they name the
