@@ -62,12 +62,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8, help="crawl --rounds (stops early when nothing is due)")
     ap.add_argument("--cap", type=int, default=10, help="generate.max_urls_per_host")
     ap.add_argument("--set", action="append", default=[], help="another KEY=VALUE for both crawls")
+    ap.add_argument("--only", choices=("off", "on"), help="one of the two crawls (run both side by side)")
     a = ap.parse_args()
-    runs = [one(learn, a.rounds, a.cap, a.set) for learn in (False, True)]
+    runs = [one(learn, a.rounds, a.cap, a.set) for learn in (False, True) if a.only in (None, "on" if learn else "off")]
     for r in runs:
         print(f"learning {'on ' if r['learn'] else 'off'}: page requests {r['requests']}, distinct 200 pages "
               f"{r['distinct']}, rounds {r['rounds']}, article/brief groups with nothing fetched {len(r['lost'])}, "
               f"wall {r['wall']:.0f} s")
+    if len(runs) < 2:
+        print(runs[0]["report"])
+        return
     off, on = runs
     saved = off["requests"] - on["requests"]
     print(f"fetches saved by learning: {saved} of {off['requests']} ({saved / max(off['requests'], 1):.0%}); "
