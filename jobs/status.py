@@ -116,5 +116,5 @@ def hosts_report(spark, conf: Config) -> str:
     action = ("skipped" if d.pattern_action == "skip" else f"score x {d.pattern_score_factor}") \
         if d.learn_patterns else "not acted on (dedup.learn_patterns = false)"
     lines.append(f"{len(learnt)} host(s) with URL patterns learnt as duplicates (their URLs: {action})")
-    lines += [f"  {h['host']}  [dup_patterns]  " + "; ".join(h["reasons"]) for h in learnt]
+    lines += [f"  patterns of {h['host']}: " + "; ".join(h["reasons"]) for h in learnt]
     return "\n".join(lines)
