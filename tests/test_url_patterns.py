@@ -156,3 +156,9 @@ def test_in_round_following_skips_or_lowers_a_learnt_patterns_links(overrides, w
              for u in ("http://o.test/article/1.html", "http://o.test/print/article/1.html")]
     tasks.follow(home, FetchResult(url=home.url, url_fp=home.url_fp, host="o.test", outcome="ok", outlinks=links), 0.0)
     assert {i.url: i.score for i in tasks.followed} == want
+
+
+def test_the_reason_status_hosts_prints_gives_the_evidence():
+    from jobs.pattern_transforms import reason
+    assert reason({"pattern": "/print/", "kind": U.PREFIX, "pages": 12, "dup_share": 11 / 12}) == \
+        "/print/: 11 of 12 fetched pages copy the URL without it"
