@@ -11,9 +11,11 @@ with ``dedup.near_duplicates``, near), for the hosts of the round only:
 The rule, decided here once (the features and the matching: ``crawl_udfs/url_patterns.py``):
 for every stored page (status fetched, not_modified or duplicate) of a host and every feature
 of its URL (first path segment ``/print/``, query parameter ``?ref`` and ``?ref=front``), the
-page counts under the feature, and counts as a *duplicate* under it when the URL without the
-feature (its counterpart) is a stored page of the host with the same content: both share an
-original (``coalesce(dup_of, url_fp)`` is equal; exact and near duplicates alike). A feature
+page counts under the feature unless its counterpart (the URL without the feature) is a crawl-DB
+URL not stored yet (no evidence either way: it waits), and counts as a *duplicate* under it when
+the counterpart is a stored page of the host with the same content: both share an original
+(``coalesce(dup_of, url_fp)`` is equal; exact and near duplicates alike). A counterpart the
+crawl DB does not know counts against the feature. A feature
 with at least ``min_pages`` pages (``dedup.pattern_min_pages``) of which at least ``min_share``
 (``dedup.pattern_min_share``) are duplicates is learnt. A ``?name`` rule also needs two distinct
 values among its duplicates (a session id, ``ref=front`` and ``ref=home``): when one value
@@ -51,24 +53,32 @@ def _features(url: str | None) -> list[tuple]:
 
 
 def stored_pages(crawldb: DataFrame, updated: DataFrame) -> DataFrame:
-    """(host, url, url_fp, original) of the stored pages of the round's hosts after this round:
-    the round's ``updated`` rows over the crawl DB's (pre-round) rows of the same hosts."""
+    """(host, url, url_fp, original) of every crawl-DB row of the round's hosts after this round (the
+    round's ``updated`` rows over the pre-round rows of the same hosts); ``original`` is
+    ``coalesce(dup_of, url_fp)`` for a stored page (fetched, not_modified, duplicate), else null."""
     cols = ("host", "url", "url_fp", "status", "dup_of")
     now = updated.select(*cols)
     before = touching(crawldb, now, "host").select(*cols).join(now.select("url_fp"), "url_fp", "left_anti")
-    return (before.unionByName(now).where(F.col("status").isin([s.value for s in STORED]))
-            .select("host", "url", "url_fp", F.coalesce("dup_of", "url_fp").alias("original")))
+    stored = F.col("status").isin([s.value for s in STORED])
+    return (before.unionByName(now)
+            .select("host", "url", "url_fp", F.when(stored, F.coalesce("dup_of", "url_fp")).alias("original")))
 
 
 def learn(pages: DataFrame, *, min_pages: int, min_share: float) -> DataFrame:
     """(host, dup_patterns) for every host of ``pages`` (:func:`stored_pages`) with a rule learnt;
-    ``dup_patterns`` sorted by pattern, each with its evidence: ``pages`` and ``dup_share``."""
+    ``dup_patterns`` sorted by pattern, each with its evidence: ``pages`` and ``dup_share``.
+
+    A stored page whose counterpart the crawl DB knows but has not stored yet (unfetched, failed) is
+    no evidence either way and is not counted; one whose counterpart is not in the crawl DB at all
+    counts against the feature (nothing known serves its content elsewhere)."""
     feats = F.udf(_features, FEATURES)
-    per_feature = (pages.select("host", "original", F.explode(feats("url")).alias("f"))
-                   .select("host", "original", "f.*"))
-    counterpart = pages.select(F.col("url_fp").alias("counterpart_fp"), F.col("original").alias("c_original"))
+    per_feature = (pages.where(F.col("original").isNotNull())
+                   .select("host", "original", F.explode(feats("url")).alias("f")).select("host", "original", "f.*"))
+    counterpart = pages.select(F.col("url_fp").alias("counterpart_fp"), F.col("original").alias("c_original"),
+                               F.lit(True).alias("c_known"))
     dup = F.coalesce(F.col("c_original") == F.col("original"), F.lit(False))
-    stats = (per_feature.join(counterpart, "counterpart_fp", "left")
+    pending = F.col("c_known").isNotNull() & F.col("c_original").isNull()
+    stats = (per_feature.join(counterpart, "counterpart_fp", "left").where(~pending)
              .groupBy("host", "pattern", "kind")
              .agg(F.count(F.lit(1)).alias("pages"), F.sum(dup.cast("int")).alias("dups"),
                   F.countDistinct(F.when(dup, F.col("value"))).alias("dup_values")))
