@@ -182,6 +182,11 @@ RULES: dict[str, Check] = {
     "dedup.jaccard_threshold": SHARE,
     "dedup.length_ratio": SHARE,
     "dedup.near_duplicates": ANY,
+    "dedup.learn_patterns": ANY,
+    "dedup.pattern_min_pages": at_least(1),
+    "dedup.pattern_min_share": between(0.5, 1),  # under half: most of its pages are not copies
+    "dedup.pattern_action": one_of("skip", "lower"),
+    "dedup.pattern_score_factor": SHARE,
     "warc.max_file_bytes": COUNT,
     "warc.prefix": NAME,
     "warc.operator": ONE_LINE,  # a WARC header value: a line break would end the header

@@ -21,6 +21,9 @@ Guarantees:
   canonical targets), at depth parent + 1 (admission already applied ``scope.max_depth``
   with the page's depth) and score parent x ``scope.score_decay`` / followed links: the rules
   update gives the same link as a new URL, defined once (``admission.link_depth`` / ``link_score``).
+  A link matching one of its host's learnt duplicate URL patterns (``hosts.dup_patterns``,
+  ``crawl_udfs.url_patterns.matches``, generate's rule) is not followed (``dedup.pattern_action``
+  "skip") or followed with its score x ``dedup.pattern_score_factor`` ("lower").
   A followed URL that was tried comes back as a result with ``in_round`` set
   (:meth:`TaskHosts.followed_results`); one never tried (deferred, not attempted)
   leaves no row: it is still its parent's outlink, and update inserts it unfetched.
@@ -43,6 +46,7 @@ from crawl_udfs.robots import RobotsPolicy, robots_url
 from crawl_udfs.robots_fetch import RobotsFetch
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
 from crawl_udfs.scheduler import PolitenessScheduler
+from crawl_udfs.url_patterns import matches
 from crawl_udfs.url_normalize import host_of
 
 #: Park reasons that mean the host cannot be reached at all: its URLs fail, not wait.
@@ -61,6 +65,7 @@ class HostRun:
     waiting: list[FetchItem] = field(default_factory=list)  # pages held until robots is known
     known: KnownUrls | None = None        # url_fps the crawl DB knows on the host (None: follow nothing)
     follow_left: int = 0                  # URLs the host may still be given in this round by following
+    dup_patterns: list | None = None      # its URL patterns learnt as duplicates (crawl_udfs.url_patterns)
     durations: deque = field(default_factory=deque)  # seconds of its last requests (politeness.response_time_window)
 
 
@@ -103,6 +108,7 @@ class TaskHosts:
                 self.seen.add(item.url_fp)
             if seed and seed.known is not None and seed.follow_cap is not None:
                 run.known, run.follow_left = seed.known, seed.follow_cap - len(host_items)
+                run.dup_patterns = seed.dup_patterns if self.conf.dedup.learn_patterns else None
             if run.policy is None:
                 self.request_robots(run)
             else:
@@ -160,8 +166,13 @@ class TaskHosts:
                     or self.sched.host_state(run.name).parked
                     or (run.policy is not None and not run.policy.allowed(link.url))):
                 continue
+            item_score = score
+            if matches(link.url, run.dup_patterns) is not None:  # a copy of another URL of the host
+                if self.conf.dedup.pattern_action == "skip":
+                    continue
+                item_score = score * self.conf.dedup.pattern_score_factor
             item = FetchItem(url=link.url, url_fp=link.url_fp, host=run.name, depth=depth_of(parent.depth, link.kind),
-                             score=score, in_round=True, source_fp=parent.url_fp)
+                             score=item_score, in_round=True, source_fp=parent.url_fp)
             self.seen.add(item.url_fp)
             run.follow_left -= 1
             self.followed.append(item)

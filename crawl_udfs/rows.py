@@ -65,6 +65,7 @@ class HostState:
     ip: str | None = None                   # last address connected to
     follow_cap: int | None = None           # most URLs of the host this round, fetch list + followed (None: none followed)
     known: "KnownUrls | None" = None        # url_fps the crawl DB knows on the host (None: none followed)
+    dup_patterns: list[dict] | None = None  # hosts.dup_patterns: URL patterns learnt as duplicates (url_patterns)
 
 
 @dataclass(slots=True)

@@ -54,7 +54,7 @@ from schemas.tables import FETCH_OUTPUT
 ITEM_COLUMNS = ("url", "url_fp", "depth", "score", "redirect_hops", "etag", "last_modified", "prev_digest",
                 "prev_warc_record_id", "prev_fetch_time")
 HOST_COLUMNS = ("robots_status", "robots_body", "robots_fetched_at", "robots_expires_at", "next_allowed_at",
-                "consecutive_failures", "ip")
+                "consecutive_failures", "ip", "dup_patterns")
 _EPOCH_COLUMNS = ("prev_fetch_time", "robots_fetched_at", "robots_expires_at", "next_allowed_at")
 #: Columns of host rows for in-round following (null when it is off): the host's cap and known url_fps.
 FOLLOW_COLUMNS = ("follow_cap", "known_fps")

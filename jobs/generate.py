@@ -122,7 +122,7 @@ def host_cap(*, max_per_host: int, max_pages_per_host: int, delay_window_s: floa
 
 def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_share: float,
                n_partitions: int, max_pages_per_host: int, max_bytes_per_host: int,
-               delay_window_s: float | None):
+               delay_window_s: float | None, pattern_action: str | None = None, pattern_score_factor: float = 1.0):
     """The fetch list (FETCH_LIST columns without ``round``, plus a boolean ``discovery``) of ``crawldb`` at ``now``.
 
     ``crawldb`` and ``hosts`` are DataFrames with the CRAWLDB and HOSTS columns
@@ -131,6 +131,10 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     than floor(delay_window_s / its delay) URLs, its delay being the larger of
     ``hosts.delay_s`` (the effective delay its last task ended with) and
     ``hosts.crawl_delay_s``: a host with Crawl-delay 10 gets a tenth of a 1 s host's.
+
+    A URL matching one of its host's learnt ``hosts.dup_patterns`` (``jobs/pattern_transforms.py``)
+    is left out with ``pattern_action`` "skip", or has its score multiplied by
+    ``pattern_score_factor`` with "lower" (``dedup.pattern_action``); None ignores the patterns.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -149,7 +153,7 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
                    F.col("warc_record_id").alias("prev_warc_record_id"),
                    F.col("warc_fetch_time").alias("prev_fetch_time"), "url"))
     host_info = hosts.select("host", "ip", "parked_until", "pages_fetched", "bytes_fetched", "round_cap",
-                             "delay_s", "crawl_delay_s")
+                             "delay_s", "crawl_delay_s", "dup_patterns")
     remaining = host_cap(max_per_host=max_per_host, max_pages_per_host=max_pages_per_host,
                          delay_window_s=delay_window_s)
     allowed = (due.join(host_info, "host", "left")
@@ -157,6 +161,8 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
                .where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))
                .withColumn("remaining", remaining)
                .where(F.col("remaining") > 0))
+    if pattern_action is not None:
+        allowed = by_patterns(allowed, pattern_action, pattern_score_factor)
 
     # Per-host cap. The literal bound lets Spark insert a map-side per-host top-k.
     per_host = (allowed.withColumn("host_rank", F.row_number().over(Window.partitionBy("host").orderBy(*order)))
@@ -180,6 +186,21 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
 
     partition = F.pmod(F.xxhash64(F.coalesce(F.col("ip"), F.col("host"))), F.lit(n_partitions)).cast("int")
     return chosen.withColumn("partition", partition).select(*LIST_COLUMNS, "discovery")
+
+
+def by_patterns(due, action: str, score_factor: float):
+    """``due`` (with ``url``, ``score`` and the host's ``dup_patterns``) without the URLs matching a learnt
+    pattern (``action`` "skip"), or with their score x ``score_factor`` ("lower")."""
+    from pyspark.sql import functions as F
+
+    from jobs.pattern_transforms import skipped
+    hit = skipped(F.col("url"), F.col("dup_patterns"))
+    if action == "skip":
+        return due.where(~hit)
+    if action == "lower":
+        return due.withColumn("score", F.when(hit, F.col("score") * F.lit(float(score_factor)))
+                              .otherwise(F.col("score")))
+    raise ConfigError(f"dedup.pattern_action must be skip or lower, got {action!r}")
 
 
 def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: bool = False) -> dict[str, Any]:
@@ -230,7 +251,9 @@ def _write_list(spark, conf: Config, n: int, now, pending: dict | None):
                           n_partitions=fetch_partitions(spark, conf),
                           max_pages_per_host=conf.budget.max_pages_per_host,
                           max_bytes_per_host=conf.budget.max_bytes_per_host,
-                          delay_window_s=delay_window_s(conf)).persist(StorageLevel.MEMORY_AND_DISK)
+                          delay_window_s=delay_window_s(conf),
+                          pattern_action=conf.dedup.pattern_action if conf.dedup.learn_patterns else None,
+                          pattern_score_factor=conf.dedup.pattern_score_factor).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         agg = selected.agg(F.count(F.lit(1)).alias("n"),
                            F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),

@@ -180,6 +180,7 @@ def hosts_update(hosts: DataFrame, host_rows: DataFrame, counts: DataFrame, *, p
         add("near_duplicate_pages", F.col("t_near")).alias("near_duplicate_pages"),
         F.coalesce(F.col("delay_s"), F.col("o_delay_s")).alias("delay_s"),
         F.when(F.coalesce(F.col("ip"), F.col("o_ip")).isNull(), F.col("o_resolve_error")).alias("resolve_error"),
+        F.col("o_dup_patterns").alias("dup_patterns"),  # the old row's: update relearns them (pattern_transforms)
         *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in ("t_pages", "t_exact", "t_near")])
 
 

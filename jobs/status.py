@@ -5,7 +5,9 @@ back or slows down, one line each with the reason: out of budget (pages or
 bytes, by update's rule ``hosts_transforms.budget_reason`` recomputed against
 the current budgets, with the counters), throttled by trap detection (``hosts.round_cap``), or parked until a
 time in the future (``hosts.park_reason``: fetch failures, Retry-After, a long
-Crawl-delay, robots.txt unavailable, or ``trap: …``).
+Crawl-delay, robots.txt unavailable, or ``trap: …``), and then every host with URL patterns learnt
+as duplicates (:func:`pattern_hosts`, ``hosts.dup_patterns``), each with its evidence and what
+generate does with their URLs (``dedup.pattern_action``).
 """
 
 from __future__ import annotations
@@ -92,9 +94,27 @@ def held_hosts(spark, conf: Config, *, now=None) -> list[dict]:
     return out
 
 
+def pattern_hosts(spark, conf: Config) -> list[dict]:
+    """Hosts with learnt duplicate URL patterns, sorted by host: ``host`` and ``reasons`` (one line of
+    evidence per pattern, ``jobs.pattern_transforms.reason``)."""
+    from pyspark.sql import functions as F
+
+    from jobs.pattern_transforms import reason
+    rows = (read(spark, conf, "hosts").where(F.size(F.coalesce("dup_patterns", F.array())) > 0)
+            .select("host", "dup_patterns").orderBy("host").collect())
+    return [{"host": r["host"], "reasons": [reason(p.asDict()) for p in r["dup_patterns"]]} for r in rows]
+
+
 def hosts_report(spark, conf: Config) -> str:
-    """``status --hosts``: one line per held host, ``host  state  reason``."""
+    """``status --hosts``: one line per held host, ``host  state  reason``; then one line per host with
+    learnt duplicate URL patterns."""
     held = held_hosts(spark, conf)
     lines = [f"{len(held)} host(s) out of budget, throttled or parked"]
     lines += [f"  {h['host']}  [{h['state']}]  {h['reason']}" for h in held]
+    learnt = pattern_hosts(spark, conf)
+    d = conf.dedup
+    action = ("skipped" if d.pattern_action == "skip" else f"score x {d.pattern_score_factor}") \
+        if d.learn_patterns else "not acted on (dedup.learn_patterns = false)"
+    lines.append(f"{len(learnt)} host(s) with URL patterns learnt as duplicates (their URLs: {action})")
+    lines += [f"  patterns of {h['host']}: " + "; ".join(h["reasons"]) for h in learnt]
     return "\n".join(lines)

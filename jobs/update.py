@@ -99,6 +99,14 @@ MinHash and length checks of ``[dedup]``); a copy of an earlier fetched page
 the index. Rules: ``jobs/dedup_transforms.py``. Trap detection reads the round
 before this step and still looks SimHash up within each host ("Traps" below).
 
+Duplicate URL patterns (``dedup.learn_patterns``): after the duplicates are marked, each host
+of the round relearns ``hosts.dup_patterns`` from its stored pages as this round leaves them: a
+first path segment (``/print/``) or query parameter (``?sid``, ``?ref=front``) whose pages mostly
+have the content of the same URL without it (``dedup.pattern_min_pages``,
+``dedup.pattern_min_share``). Generate and the fetch task's in-round following then skip (or
+lower, ``dedup.pattern_action``) the URLs matching them. Rules: ``jobs/pattern_transforms.py``,
+``crawl_udfs/url_patterns.py``.
+
 New URLs: the outlinks of the round's pages (kinds a, area, frame, iframe,
 canonical, redirect). Dropped: nofollow links unless ``parse.follow_nofollow``
 (redirect and canonical targets are never dropped for nofollow: they name the
@@ -197,6 +205,7 @@ from crawl_udfs.config import Config
 from jobs import common, faults, ledger
 from jobs import dedup_transforms as D
 from jobs import hosts_transforms as HT
+from jobs import pattern_transforms as P
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
 from jobs.update_counters import Counters
@@ -262,6 +271,10 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     hosts_new = HT.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
     hosts_new, reached, exhausted = HT.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host,
                                                       conf.budget.max_bytes_per_host)
+    if conf.dedup.learn_patterns:  # the round's hosts' duplicate URL patterns, from their pages as left now
+        learnt = P.learn(P.stored_pages(crawldb, updated), min_pages=conf.dedup.pattern_min_pages,
+                         min_share=conf.dedup.pattern_min_share)
+        hosts_new = P.with_patterns(hosts_new, learnt)
     hosts_new = keep(observe("hosts", common.conform(hosts_new, TABLES["hosts"])))
     budget = HT.budget_rows(crawldb, reached, round_no=round_no)
     source = T.merge_source(updated, new, budget, exhausted)  # computed once, by its staging write

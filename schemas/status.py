@@ -10,6 +10,12 @@ grow the crawl DB by exactly the URLs the rules keep out (a calendar trap has
 no end of distinct URLs), and it need not be remembered to stay out: the
 verdict is a function of the URL and where it was found, recomputed wherever
 it turns up again.
+
+Nor is there a "skipped" state for a URL matching one of its host's learnt duplicate URL patterns
+(``hosts.dup_patterns``, ``jobs/pattern_transforms.py``): its row keeps its status (unfetched, or a
+duplicate's), generate leaves it out while the pattern holds, and ``status --hosts`` shows the
+pattern and its evidence. The verdict is a function of the URL and the host's current patterns, so
+a pattern that stops holding lets its URLs through again with nothing to undo.
 """
 
 from __future__ import annotations

@@ -56,6 +56,14 @@ CRAWLDB = StructType([
     _f("url", StringType(), False, "normalised URL"),
 ])
 
+#: One learnt URL pattern of a host (crawl_udfs/url_patterns.py), with the evidence it was learnt from.
+DUP_PATTERN = StructType([
+    _f("pattern", StringType(), True, "/print/ (first path segment), ?name (a parameter), ?name=value"),
+    _f("kind", StringType(), True, "prefix | param | param_value"),
+    _f("pages", IntegerType(), True, "stored pages of the host matching it, when learnt"),
+    _f("dup_share", DoubleType(), True, "share of them whose URL without the pattern has the same content"),
+])
+
 HOSTS = StructType([
     _f("host", StringType(), False, "lower-case punycode host, no port"),
     _f("ip", StringType(), True, "last address connected to"),
@@ -90,6 +98,10 @@ HOSTS = StructType([
        "seconds per request at the end of the last fetch task: max(host_delay_s, Crawl-delay, learnt) "
        "+ back-off + its longest recent request"),
     _f("resolve_error", StringType(), True, "why the resolve step found no address: dns | ssrf_blocked"),
+    # URL patterns learnt as duplicates (jobs/pattern_transforms.py); last, so `init` appends it to old tables.
+    _f("dup_patterns", ArrayType(DUP_PATTERN, True), True,
+       "URL patterns whose pages copy the host's other URLs, with their evidence; generate skips their URLs "
+       "(dedup.pattern_action); null: none learnt"),
 ])
 
 FETCH_LOG = StructType([

@@ -260,8 +260,9 @@ def test_fetch_input_gives_each_host_its_known_set_and_its_cap_for_the_round(spa
     crawldb = spark.createDataFrame([(fingerprint(u), h) for h, us in known.items() for u in us],
                                     "url_fp long, host string")
     fl = spark.createDataFrame(_list_rows(listed, 2), FETCH_LIST)
-    hosts = spark.createDataFrame([_host_row("h0.test", pages_fetched=7), _host_row("h1.test", round_cap=3),
-                                   _host_row("h2.test")], HOSTS)
+    rule = {"pattern": "/print/", "kind": "prefix", "pages": 12, "dup_share": 1.0}
+    hosts = spark.createDataFrame([_host_row("h0.test", pages_fetched=7),
+                                   _host_row("h1.test", round_cap=3, dup_patterns=[rule]), _host_row("h2.test")], HOSTS)
     cap = generate.host_cap(max_per_host=40, max_pages_per_host=10, delay_window_s=None)
     batches = fetch.fetch_input(fl, hosts, 2, crawldb=crawldb, follow_cap=cap).toArrow().to_batches()
     items, states, _ = fetch.read_batches(batches)
@@ -270,6 +271,7 @@ def test_fetch_input_gives_each_host_its_known_set_and_its_cap_for_the_round(spa
     assert all(fingerprint(u) in by_host["h0.test"].known for u in known["h0.test"])
     assert len(by_host["h0.test"].known) == 5 and fingerprint("http://other.test/x") not in by_host["h0.test"].known
     assert len(by_host["h2.test"].known) == 0 and all(not i.in_round for i in items)
+    assert by_host["h1.test"].dup_patterns == [rule] and by_host["h0.test"].dup_patterns is None  # learnt patterns
     # without a crawl DB (fetch.follow_in_round = false) no host can be followed
     _, plain, _ = fetch.read_batches(fetch.fetch_input(fl, hosts, 2).toArrow().to_batches())
     assert all(h.known is None and h.follow_cap is None for h in plain)
