@@ -182,6 +182,7 @@ RULES: dict[str, Check] = {
     "dedup.jaccard_threshold": SHARE,
     "dedup.length_ratio": SHARE,
     "dedup.near_duplicates": ANY,
+    "dedup.max_bucket_rows": COUNT_OR_ZERO,
     "warc.max_file_bytes": COUNT,
     "warc.prefix": NAME,
     "warc.operator": ONE_LINE,  # a WARC header value: a line break would end the header
