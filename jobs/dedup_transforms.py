@@ -49,7 +49,7 @@ What the lookup reads, and how it grows (measured: ``bench/near_dup_lookup.py``,
 ``words`` and ``minhash`` (the semi-join with the round's broadcast keys runs after the scan), then
 the rows of the buckets hit, shuffled, paired and checked. At 1M index rows (166 MB: a page's k + 1
 rows sit together, so Parquet's dictionary stores its MinHash about once) the scan and semi-join took
-as long as at 10k (~3.6 s at load 25, with or without the MinHash column); what grew was the pairs of
+about as long as at 10k (2.4-5.2 s at load 25-30, a tenth of the lookup); what grew was the pairs of
 the buckets hit (1,131 rows at 10k, 93,488 at 1M: the template families grow with the crawl). The
 table is left unclustered: a round's distinct keys (~8,000 for 2,000 pages, k = 3) are uniform over
 the (k + 1) x 2^16 key space, so a file holding 1/F of the key range is skipped by min/max only with
