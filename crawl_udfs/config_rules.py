@@ -187,6 +187,7 @@ RULES: dict[str, Check] = {
     "dedup.pattern_min_share": between(0.5, 1),  # under half: most of its pages are not copies
     "dedup.pattern_action": one_of("skip", "lower"),
     "dedup.pattern_score_factor": SHARE,
+    "dedup.max_bucket_rows": COUNT_OR_ZERO,
     "warc.max_file_bytes": COUNT,
     "warc.prefix": NAME,
     "warc.operator": ONE_LINE,  # a WARC header value: a line break would end the header

@@ -35,10 +35,29 @@ The rules, each decided here once:
   original too (its exact original was decided first, by ``first_seen``).
   Not yet: a consistent same-site ``rel=canonical`` winning over the earliest copy.
 - A copy is not added to the index; every other candidate is, under each of its block keys.
+- **Bucket cap** (``dedup.max_bucket_rows``, :func:`capped`): a candidate is compared with at most
+  that many rows of each of its block keys (index rows and the round's candidates together), the
+  earliest by ``first_fetched`` then ``url_fp``: a total order, so a rerun keeps the same rows, and
+  the earliest rows are the ones that can be an original. A template shared by thousands of pages
+  of one host makes its keys' buckets that large; capped, the pairs of a round are at most
+  candidates x (k + 1) x the cap. The cost: a copy of a page outside the kept rows is missed when
+  the two share no other block key whose bucket kept that page (it then joins the index as an
+  original).
 
-Not here yet (issue 14): bucket caps (a template shared by thousands of pages makes its block
-keys' buckets, and so the pair count, large), promotion of a copy when its original goes, trap
-detection reading the index.
+What the lookup reads, and how it grows (measured: ``bench/near_dup_lookup.py``, RESULTS.md
+"Session 12"): every file's ``round``, ``block_key``, ``url_fp``, ``simhash``, ``first_fetched``,
+``words`` and ``minhash`` (the semi-join with the round's broadcast keys runs after the scan), then
+the rows of the buckets hit, shuffled, paired and checked. At 1M index rows (166 MB: a page's k + 1
+rows sit together, so Parquet's dictionary stores its MinHash about once) the scan and semi-join took
+about as long as at 10k (2.4-5.2 s at load 25-30, a tenth of the lookup); what grew was the pairs of
+the buckets hit (1,131 rows at 10k, 93,488 at 1M: the template families grow with the crawl). The
+table is left unclustered: a round's distinct keys (~8,000 for 2,000 pages, k = 3) are uniform over
+the (k + 1) x 2^16 key space, so a file holding 1/F of the key range is skipped by min/max only with
+probability (1 - 1/F)^8000, nil unless the table has far more files than the round has keys; no
+layout by ``block_key`` (liquid clustering, Z-order, range partitions) prunes a lookup of random keys.
+
+Not here yet (issue 14): promotion of a copy when its original goes, trap detection reading the
+index.
 """
 
 from __future__ import annotations
@@ -46,6 +65,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
+from pyspark.sql.window import Window
 
 from crawl_udfs import near_dup
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
@@ -87,17 +107,28 @@ def _second_check(jaccard_threshold: float, length_ratio: float):
     return F.udf(check, BooleanType())
 
 
+def capped(rows: DataFrame, max_rows: int, order: tuple[str, ...] = ("first_fetched", "url_fp")) -> DataFrame:
+    """``rows`` (with ``block_key``) keeping at most ``max_rows`` of each block key: the earliest by ``order``
+    (a total order, so a rerun keeps the same rows); 0 keeps every row."""
+    if int(max_rows) <= 0:
+        return rows
+    rank = F.row_number().over(Window.partitionBy("block_key").orderBy(*order))
+    return rows.withColumn("_rank", rank).where(F.col("_rank") <= F.lit(int(max_rows))).drop("_rank")
+
+
 def near_duplicate_of(cands: DataFrame, index: DataFrame, *, round_no: int, near_bits: int,
-                      jaccard_threshold: float, length_ratio: float) -> DataFrame:
+                      jaccard_threshold: float, length_ratio: float, max_bucket_rows: int = 0) -> DataFrame:
     """``url_fp``, ``_near_of``: each candidate that is a near-duplicate of an earlier page (index rows of
-    rounds before ``round_no``, or an earlier candidate of the round), with its original (see the module)."""
+    rounds before ``round_no``, or an earlier candidate of the round), with its original (see the module).
+    A candidate is paired with at most ``max_bucket_rows`` rows of each of its block keys (:func:`capped`)."""
     k = int(near_bits)
     cols = ("url_fp", "simhash", "minhash", "words", "first_fetched")
     mine = cands.select(*cols, F.explode(block_keys(F.col("simhash"), k)).alias("block_key"))
     keys = mine.select("block_key").distinct()
     indexed = (index.where(F.col("round") < F.lit(int(round_no)))
                .join(F.broadcast(keys), "block_key", "left_semi").select("block_key", *cols))
-    other = indexed.unionByName(mine).select("block_key", *[F.col(c).alias(f"o_{c}") for c in cols])
+    other = capped(indexed.unionByName(mine), max_bucket_rows)
+    other = other.select("block_key", *[F.col(c).alias(f"o_{c}") for c in cols])
     earlier = ((F.col("o_first_fetched") < F.col("first_fetched"))
                | ((F.col("o_first_fetched") == F.col("first_fetched")) & (F.col("o_url_fp") < F.col("url_fp"))))
     close = F.bit_count(F.col("simhash").bitwiseXOR(F.col("o_simhash"))) <= F.lit(k)
