@@ -3,8 +3,8 @@
 DataFrames in, DataFrames out, plain values as parameters; no table is read or
 written here (STYLE.md rule 2). ``jobs/update.py`` runs them when
 ``dedup.near_duplicates`` is on, after the exact duplicates
-(:func:`jobs.update_transforms.mark_duplicates`) and after trap detection has
-read the round (its signals are unchanged by this module).
+(:func:`jobs.update_transforms.mark_duplicates`) and before trap detection,
+which reads this lookup's result (:func:`jobs.hosts_transforms.trap_signals`).
 
 Pipeline:
 
@@ -37,8 +37,7 @@ The rules, each decided here once:
 - A copy is not added to the index; every other candidate is, under each of its block keys.
 
 Not here yet (issue 14): bucket caps (a template shared by thousands of pages makes its block
-keys' buckets, and so the pair count, large), promotion of a copy when its original goes, trap
-detection reading the index.
+keys' buckets, and so the pair count, large), promotion of a copy when its original goes.
 """
 
 from __future__ import annotations
