@@ -63,13 +63,13 @@ def trap_signals(updated: DataFrame, near: DataFrame | None, crawldb: DataFrame)
     else:
         copies = copies.withColumn("_near", F.lit(None).cast("boolean"))
     originals = F.broadcast(copies.select(F.col("dup_of").alias("url_fp")).distinct())
-    where = (crawldb.select("url_fp", "host").join(originals, "url_fp", "left_semi")
-             .unionByName(updated.select("url_fp", "host").join(originals, "url_fp", "left_semi"))
-             .dropDuplicates(["url_fp"]).select(F.col("url_fp").alias("dup_of"), F.col("host").alias("_of_host")))
+    of_host = (crawldb.select("url_fp", "host").join(originals, "url_fp", "left_semi")
+               .unionByName(updated.select("url_fp", "host").join(originals, "url_fp", "left_semi"))
+               .dropDuplicates(["url_fp"]).select(F.col("url_fp").alias("dup_of"), F.col("host").alias("_of_host")))
     rank = F.row_number().over(Window.partitionBy("host", "dup_of").orderBy("url_fp"))
     own = F.coalesce(F.col("_of_host") == F.col("host"), F.lit(False)) | (rank > 1)
     near_copy = F.coalesce(F.col("_near"), F.lit(False))
-    evidence = copies.join(where, "dup_of", "left").select(
+    evidence = copies.join(of_host, "dup_of", "left").select(
         "url_fp", (own & ~near_copy).alias("_exact"), (own & near_copy).alias("_nearly"))
     j = first.select("host", "url_fp").join(evidence, "url_fp", "left")
 
