@@ -39,6 +39,11 @@ def between(low: float, high: float) -> Check:
     return lambda v: None if low <= v <= high else f"must be within {low}..{high}"
 
 
+def at_least_below(low: float, high: float) -> Check:
+    """A number in ``low..high``, ``high`` excluded (a confidence level: 1 would ask for certainty)."""
+    return lambda v: None if low <= v < high else f"must be within {low}..{high} ({high} excluded)"
+
+
 def one_of(*words: str) -> Check:
     return lambda v: None if v in words else f"must be one of {', '.join(map(repr, words))}"
 
@@ -218,6 +223,7 @@ RULES: dict[str, Check] = {
     "budget.max_bytes_per_host": COUNT_OR_ZERO,
     "trap.min_pages": COUNT,
     "trap.max_new_share": SHARE,
+    "trap.park_confidence": at_least_below(0.5, 1),
     "trap.throttle_after_rounds": COUNT,
     "trap.park_after_rounds": COUNT,
     "trap.park_duration_s": SECONDS,

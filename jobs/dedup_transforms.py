@@ -3,8 +3,8 @@
 DataFrames in, DataFrames out, plain values as parameters; no table is read or
 written here (STYLE.md rule 2). ``jobs/update.py`` runs them when
 ``dedup.near_duplicates`` is on, after the exact duplicates
-(:func:`jobs.update_transforms.mark_duplicates`) and after trap detection has
-read the round (its signals are unchanged by this module).
+(:func:`jobs.update_transforms.mark_duplicates`) and before trap detection,
+which reads this lookup's result (:func:`jobs.hosts_transforms.trap_signals`).
 
 Pipeline:
 
@@ -56,8 +56,8 @@ the (k + 1) x 2^16 key space, so a file holding 1/F of the key range is skipped 
 probability (1 - 1/F)^8000, nil unless the table has far more files than the round has keys; no
 layout by ``block_key`` (liquid clustering, Z-order, range partitions) prunes a lookup of random keys.
 
-Not here yet (issue 14): promotion of a copy when its original goes, trap detection reading the
-index.
+Not here yet (issue 14): promotion of a copy when its original goes. Trap detection reads this
+lookup's result (``jobs.hosts_transforms.trap_signals``).
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ they share are in :mod:`jobs.update_transforms`; ``jobs/update.py`` runs both.
 
 Pipeline:
 
-    trap_signals(updated, crawldb, ...)         per host: first copies, exact and near duplicates
+    trap_signals(updated, near, crawldb)        per host: first copies, copies of the host's own pages
     host_next(hosts, host_rows, ...)            each host's next allowed time and park, for transition
     page_counts(updated)                        per host: pages, bytes, statuses of the round
     hosts_update(hosts, host_rows, counts,...)  the ``hosts`` rows of the round's hosts
-    judge_traps(hosts_new, ...)                 trap strikes, throttle (round_cap), trap park
+    judge_traps(hosts_new, ...)                 trap strikes, throttle (round_cap), trap park by evidence
     exhausted_hosts(hosts_new, hosts, ...)      hosts out of their page or byte budget, and why
     budget_rows(crawldb, exhausted, ...)        unfetched URLs of those hosts
 """
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
+from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
 from jobs.update_transforms import (BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE, plus_seconds,
                                     touching, ts)
 from schemas.status import Status
@@ -30,65 +30,53 @@ from schemas.tables import CRAWLDB, HOSTS
 
 
 # -- trap signals ----------------------------------------------------------------------------
-def _blocks(simhash: Column, near_bits: int) -> Column:
-    """``near_bits + 1`` disjoint bit blocks of a 64-bit SimHash, as an array of (i, value) structs."""
-    n = int(near_bits) + 1
-    out = []
-    for i in range(n):
-        lo, hi = i * 64 // n, (i + 1) * 64 // n
-        v = F.shiftrightunsigned(simhash, lo)
-        if hi - lo < 64:
-            v = v.bitwiseAND(F.lit((1 << (hi - lo)) - 1).cast("long"))
-        out.append(F.struct(F.lit(i).alias("i"), v.alias("v")))
-    return F.array(*out)
+def trap_signals(updated: DataFrame, near: DataFrame | None, crawldb: DataFrame) -> DataFrame:
+    """Per host of the round: ``t_pages`` first copies, of which ``t_exact`` exact and ``t_near`` near
+    duplicates of the host's own pages: the evidence :func:`judge_traps` weighs.
 
-
-def trap_signals(updated: DataFrame, crawldb: DataFrame, *, near_bits: int) -> DataFrame:
-    """Per host of the round: ``t_pages`` first copies, ``t_exact`` exact and ``t_near`` near duplicates.
+    ``updated`` is the round after both duplicate steps (``status``, ``dup_of``):
+    :func:`jobs.update_transforms.mark_duplicates` (exact, any host) and, with
+    ``dedup.near_duplicates`` on, :func:`jobs.dedup_transforms.mark_near_duplicates`;
+    ``near`` is that step's lookup, :func:`jobs.dedup_transforms.near_duplicate_of`
+    (``url_fp``, ``_near_of``), read here only to tell a near copy from an exact one.
+    With the key off ``near`` is None: no page is a near-duplicate (fetch computed
+    no MinHash to look up), so traps are judged on exact duplicates only. There is
+    no second lookup here: the index and its rules are the duplicate step's.
 
     A first copy is an ok row with a digest for a URL that had no stored copy
-    (``_first``); re-fetches are not judged (an unchanged page is no trap). It
-    is an exact duplicate when ``mark_duplicates`` made it ``duplicate``
-    (another URL's digest, any host). Otherwise it is a near-duplicate when its
-    SimHash (not null, not :data:`crawl_udfs.simhash.EMPTY`) is within
-    ``near_bits`` bits of a stored SimHash of another URL of the same host in
-    ``crawldb``, or of the SimHash of a first copy of the round with a smaller
-    url_fp (so of n identical first copies, n - 1 are near-duplicates).
-
-    Cheap and exact by the pigeonhole banding of Manku, Jain and Das Sarma
-    (WWW 2007): two 64-bit values within k bits agree on at least one of k + 1
-    disjoint blocks, so candidates are found by an equi-join on (host, block
-    index, block value) and checked with ``bit_count(a ^ b) <= k``. The crawl-DB
-    side is reduced to distinct (host, simhash) of the round's hosts and the
-    round side to (host, simhash, smallest url_fp), so identical pages cost one
-    row each. Reads ``host``/``simhash`` of the crawl DB (O(crawl DB) in those
-    two columns, semi-joined with the round's broadcast hosts).
+    (``_first``); re-fetches are not judged (an unchanged page is no trap). A
+    first copy that is a duplicate counts against its host when
+    - its original (``dup_of``) is a page of the same host: the host copies itself; or
+    - another first copy of the host in this round names the same original on
+      another host: of n such copies, n - 1 count (smallest url_fp spared), since
+      they copy one page and so each other (a trap on a mirror still repeats itself).
+    A copy of a page of another host alone does not count: a mirror is no trap,
+    and which of two hosts was fetched first must not decide which one is parked.
+    The original's host is read from the round's rows and from ``crawldb``'s
+    ``url_fp``/``host`` (one scan, semi-joined with the round's broadcast originals:
+    O(crawl DB) in two columns); an original found in neither is taken as another host's.
     """
-    k = int(near_bits)
-    if not 0 <= k <= 15:
-        raise ValueError(f"simhash.near_duplicate_bits must be within 0..15, got {k}")
     first = updated.where(F.col(FIRST))
-    exact = F.col("status") == Status.DUPLICATE.value
-    cand = first.where(~exact & F.col("simhash").isNotNull() & (F.col("simhash") != F.lit(EMPTY_SIMHASH))).select(
-        "host", "url_fp", "simhash")
-    hosts = cand.select("host").distinct()
-    stored = (crawldb.where(F.col("simhash").isNotNull() & (F.col("simhash") != F.lit(EMPTY_SIMHASH))).select("host", "simhash")
-              .join(F.broadcast(hosts), "host", "left_semi").distinct()
-              .select("host", F.col("simhash").alias("k_sim"), F.lit(None).cast("long").alias("k_fp")))
-    peers = cand.groupBy("host", F.col("simhash").alias("k_sim")).agg(F.min("url_fp").alias("k_fp"))
-    known = stored.unionByName(peers)
-    kb = known.select("host", "k_sim", "k_fp", F.explode(_blocks(F.col("k_sim"), k)).alias("b"))
-    cb = cand.select("host", "url_fp", "simhash", F.explode(_blocks(F.col("simhash"), k)).alias("b"))
-    close = F.bit_count(F.col("simhash").bitwiseXOR(F.col("k_sim"))) <= F.lit(k)
-    earlier = F.col("k_fp").isNull() | (F.col("k_fp") < F.col("url_fp"))
-    near = (cb.join(kb, ["host", "b"]).where(close & earlier).select("url_fp").distinct()
-            .withColumn("_near", F.lit(True)))
-    j = first.select("host", "url_fp", exact.alias("_exact")).join(near, "url_fp", "left")
-    return j.groupBy("host").agg(
-        F.count(F.lit(1)).cast("long").alias("t_pages"),
-        F.sum(F.col("_exact").cast("long")).cast("long").alias("t_exact"),
-        F.sum((~F.col("_exact") & F.coalesce(F.col("_near"), F.lit(False))).cast("long")).cast("long")
-         .alias("t_near"))
+    copies = first.where(F.col("status") == Status.DUPLICATE.value).select("host", "url_fp", "dup_of")
+    if near is not None:
+        copies = copies.join(near.select("url_fp", F.lit(True).alias("_near")), "url_fp", "left")
+    else:
+        copies = copies.withColumn("_near", F.lit(None).cast("boolean"))
+    originals = F.broadcast(copies.select(F.col("dup_of").alias("url_fp")).distinct())
+    of_host = (crawldb.select("url_fp", "host").join(originals, "url_fp", "left_semi")
+               .unionByName(updated.select("url_fp", "host").join(originals, "url_fp", "left_semi"))
+               .dropDuplicates(["url_fp"]).select(F.col("url_fp").alias("dup_of"), F.col("host").alias("_of_host")))
+    rank = F.row_number().over(Window.partitionBy("host", "dup_of").orderBy("url_fp"))
+    own = F.coalesce(F.col("_of_host") == F.col("host"), F.lit(False)) | (rank > 1)
+    near_copy = F.coalesce(F.col("_near"), F.lit(False))
+    evidence = copies.join(of_host, "dup_of", "left").select(
+        "url_fp", (own & ~near_copy).alias("_exact"), (own & near_copy).alias("_nearly"))
+    j = first.select("host", "url_fp").join(evidence, "url_fp", "left")
+
+    def total(flag: str) -> Column:
+        return F.coalesce(F.sum(F.col(flag).cast("long")), F.lit(0)).cast("long")
+    return j.groupBy("host").agg(F.count(F.lit(1)).cast("long").alias("t_pages"), total("_exact").alias("t_exact"),
+                                 total("_nearly").alias("t_near"))
 
 
 # -- hosts ---------------------------------------------------------------------------------
@@ -109,7 +97,6 @@ def _parked_until(park_duration_s: float, now: dt.datetime) -> Column:
 
 def _host_rows(host_rows: DataFrame) -> DataFrame:
     """One row per host (the contract gives one; a second one, if any, only adds its requests)."""
-    from pyspark.sql import Window
     h = host_rows.where(F.col("kind") == "host")
     w = Window.partitionBy("host")
     first = F.row_number().over(w.orderBy("partition", F.col("robots_fetched_at").desc_nulls_last()))
@@ -190,13 +177,24 @@ def judge_traps(hosts_new: DataFrame, trap, *, base_cap: int, now: dt.datetime) 
     A round is judged when ``pages_fetched >= trap.min_pages`` and ``t_pages > 0``;
     its new-content share is ``(t_pages - t_exact - t_near) / t_pages``. A judged
     round under ``trap.max_new_share`` is a strike: ``trap_strikes`` + 1 and the
-    streak counters grow; any other judged round sets them to 0 and lifts the
-    throttle (``round_cap`` null). From ``trap.throttle_after_rounds`` strikes on,
-    each strike halves ``round_cap`` (from ``base_cap``, generate's cap; at least
-    1). At ``trap.park_after_rounds`` strikes the host is parked:
-    ``parked_until = now + trap.park_duration_s``, ``park_reason = "trap: …"``
-    (the streak's duplicate share, exact and near counts, and its rounds).
-    Unjudged rounds change nothing. Returns the same columns.
+    streak counters grow by the round's; any other judged round sets them to 0 and
+    lifts the throttle (``round_cap`` null). Unjudged rounds change nothing.
+
+    What a strike does depends on how much the streak proves (its pages, not its rounds):
+    - strong evidence, the host is parked at once: the upper bound of the streak's
+      new-content share at ``trap.park_confidence``
+      (:func:`crawl_udfs.trap_evidence.new_share_bound`, Wilson) is under
+      ``trap.max_new_share``. With the defaults (0.1, 0.99), a streak of 49 first
+      copies with none new parks, 300 with 2 new park, 5 with none never do: a
+      round of hundreds of copies ends the trap in that round instead of halving
+      the cap round after round (issue 14: a faceted trap reached 823 requests
+      under a per-round cap of 400);
+    - weak evidence, the throttle: from ``trap.throttle_after_rounds`` strikes
+      on, each strike halves ``round_cap`` (from ``base_cap``, generate's cap; at
+      least 1), and at ``trap.park_after_rounds`` strikes the host is parked all the same.
+    Parked: ``parked_until = now + trap.park_duration_s`` and ``park_reason`` says the
+    numbers, e.g. "trap: 99% duplicates (2 exact, 296 near-duplicates of 300 new pages)
+    over 1 round; new-content share at most 2.9% at 99% confidence". Returns the same columns.
     """
     z = F.lit(0)
     pages, ex, near = F.col("t_pages"), F.col("t_exact"), F.col("t_near")
@@ -218,13 +216,19 @@ def judge_traps(hosts_new: DataFrame, trap, *, base_cap: int, now: dt.datetime) 
     cap = F.coalesce(F.col("round_cap"), F.lit(int(base_cap)))
     df = df.withColumn("round_cap", F.when(throttle, F.greatest(F.floor(cap / 2), F.lit(1)).cast("int"))
                        .when(judged & ~low, F.lit(None).cast("int")).otherwise(F.col("round_cap")))
-    park = low & (F.col("trap_strikes") >= F.lit(int(trap.park_after_rounds)))
+    n = F.greatest(F.col("trap_streak_pages"), F.lit(1)).cast("double")  # > 0 on a strike; never divide by 0
     dups = F.col("trap_streak_exact") + F.col("trap_streak_near")
-    pct = F.round(F.lit(100.0) * dups / F.greatest(F.col("trap_streak_pages"), F.lit(1))).cast("int")
-    reason = F.format_string("trap: %d%% duplicates (%d exact, %d near-duplicates of %d new pages) over %d rounds",
-                             pct,
-                             F.col("trap_streak_exact"), F.col("trap_streak_near"), F.col("trap_streak_pages"),
-                             F.col("trap_strikes"))
+    zq, most = z_score(float(trap.park_confidence)), float(trap.max_new_share)
+    bound = new_share_bound(n - dups, n, zq, F.sqrt)
+    proven = proves_trap(n - dups, n, most, zq, F.sqrt)
+    park = low & ((F.col("trap_strikes") >= F.lit(int(trap.park_after_rounds))) | proven)
+    pct = F.round(F.lit(100.0) * dups / n).cast("int")
+    rounds = F.when(F.col("trap_strikes") == 1, F.lit("round")).otherwise(F.lit("rounds"))
+    reason = F.format_string(
+        "trap: %d%% duplicates (%d exact, %d near-duplicates of %d new pages) over %d %s; "
+        "new-content share at most %.1f%% at %s%% confidence",
+        pct, F.col("trap_streak_exact"), F.col("trap_streak_near"), F.col("trap_streak_pages"),
+        F.col("trap_strikes"), rounds, F.lit(100.0) * bound, F.lit(f"{100 * float(trap.park_confidence):g}"))
     until = plus_seconds(ts(now), F.lit(float(trap.park_duration_s)))
     return (df.withColumn("parked_until", F.when(park, until).otherwise(F.col("parked_until")))
             .withColumn("park_reason", F.when(park, reason).otherwise(F.col("park_reason"))))

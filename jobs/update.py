@@ -96,8 +96,8 @@ hosts (SimHash block keys, within ``simhash.near_duplicate_bits``, then the
 MinHash and length checks of ``[dedup]``); a copy of an earlier fetched page
 (ties: smallest url_fp) becomes ``duplicate`` as in row 2, with ``dup_of`` in
 ``crawldb`` and ``fetch_log``, and is not indexed; the others are appended to
-the index. Rules: ``jobs/dedup_transforms.py``. Trap detection reads the round
-before this step and still looks SimHash up within each host ("Traps" below).
+the index. Rules: ``jobs/dedup_transforms.py``. Trap detection comes after
+this step and reads its result ("Traps" below): one lookup, two uses.
 
 Duplicate URL patterns (``dedup.learn_patterns``): after the duplicates are marked, each host
 of the round relearns ``hosts.dup_patterns`` from its stored pages as this round leaves them: a
@@ -136,18 +136,27 @@ any host out of budget (inserted so). Other statuses are left alone
 (re-crawls stop because generate skips the host). Not "failed": nothing was tried.
 
 Traps (``[trap]``, :func:`jobs.hosts_transforms.trap_signals` and
-``judge_traps``): per host, the round's first copies (URLs fetched with content
-for the first time) are split into exact duplicates (row 2), near-duplicates
-(SimHash within ``simhash.near_duplicate_bits`` of another page of the host)
-and new content. After ``trap.min_pages`` pages, a round whose new-content
-share is under ``trap.max_new_share`` is a strike (``hosts.trap_strikes``);
-from ``trap.throttle_after_rounds`` strikes each strike halves
-``hosts.round_cap`` (generate's per-host cap for that host); at
-``trap.park_after_rounds`` strikes ``hosts.parked_until = now +
-trap.park_duration_s`` and ``hosts.park_reason = "trap: 93% duplicates (…) over
-4 rounds"``. A judged round with enough new content clears strikes and cap.
-A parked trap's URLs keep their status (the park is reversible); generate skips
-the host until ``parked_until``.
+``judge_traps``), decided after both duplicate steps: per host, the round's
+first copies (URLs fetched with content for the first time) are split into
+copies of the host's own pages (exact duplicates, row 2, and near-duplicates
+of the lookup above: ``dup_of`` on the same host, or several first copies of
+the round copying one page of another host) and the rest, new content; a
+mirror's copies of another host's pages are no trap evidence. With
+``dedup.near_duplicates`` off only exact duplicates count. After
+``trap.min_pages`` pages, a round whose new-content share is under
+``trap.max_new_share`` is a strike (``hosts.trap_strikes``). The streak's
+evidence decides: when the upper Wilson bound of its new-content share at
+``trap.park_confidence`` is under ``trap.max_new_share`` (hundreds of copies,
+not five) the host is parked at once; otherwise, from
+``trap.throttle_after_rounds`` strikes each strike halves ``hosts.round_cap``
+(generate's per-host cap for that host) and at ``trap.park_after_rounds``
+strikes the host is parked. Parked: ``hosts.parked_until = now +
+trap.park_duration_s``, ``hosts.park_reason = "trap: 99% duplicates (…) over 1
+round; new-content share at most 2.9% at 99% confidence"``. A judged round
+with enough new content clears strikes and cap. A parked trap's URLs keep
+their status (the park is reversible); generate skips the host until
+``parked_until``. Reruns decide the same: every input is the pinned snapshot
+and the lookup reads index rows of earlier rounds only.
 
 ``fetch_log`` gets every page row except deferred and not_attempted (never
 tried; robots_denied rows are kept, the log says why nothing was fetched);
@@ -182,9 +191,9 @@ What update scans, and how it grows:
   (``jobs.update_counters.Counters``); every other counter is counted by the staged write that
   computes its rows.
 - ``hosts`` is read the same way, semi-joined with the round's hosts.
-- trap detection reads ``host``/``simhash`` of all rows (semi-joined with the
-  round's broadcast hosts, reduced to distinct (host, simhash)): O(crawl DB) in
-  those two columns; the near-duplicate join is on 16-bit SimHash blocks.
+- trap detection reads ``url_fp``/``host`` of all rows (semi-joined with the
+  round's broadcast duplicates' originals, to know their host): O(crawl DB) in
+  those two columns; it does no near-duplicate join of its own.
 
 To make the reads grow with the touched URLs too: cluster ``crawldb`` by
 ``url_fp`` (liquid clustering / OPTIMIZE ZORDER) so file ranges of url_fp become
@@ -242,9 +251,10 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     URLs) and to the new hosts rows before they are kept (``hosts``): ``run`` counts
     its counters there (:class:`jobs.update_counters.Counters`), so no count needs a job of its own.
     With ``dedup.near_duplicates`` on, ``near_dup_index`` (the table, read whole: only rows of earlier
-    rounds are used) is where the round's first copies are looked up (``jobs/dedup_transforms.py``),
-    after trap detection has read the round; the near-duplicates found (``near_duplicates``, observed)
-    become duplicates like exact ones, and the round's other first copies are the index rows to append.
+    rounds are used) is where the round's first copies are looked up (``jobs/dedup_transforms.py``);
+    the near-duplicates found (``near_duplicates``, observed) become duplicates like exact ones, and
+    the round's other first copies are the index rows to append. Trap detection then reads the round
+    with both kinds of duplicates marked and that same lookup (``hosts_transforms.trap_signals``).
     """
     park = conf.politeness.failure_park_duration_s
     scan = observe("crawldb", crawldb)
@@ -252,8 +262,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
     updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))
-    signals = HT.trap_signals(updated, crawldb, near_bits=conf.simhash.near_duplicate_bits)
-    index_rows = None
+    index_rows = near = None
     if conf.dedup.near_duplicates:
         k, d = conf.simhash.near_duplicate_bits, conf.dedup
         if near_dup_index is None:  # no index yet (a caller with no table): the round's pages among themselves
@@ -266,6 +275,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
         index_rows = D.index_rows(cands, near, round_no=round_no, near_bits=k)
     new = T.discover(prepared, crawldb, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
+    signals = HT.trap_signals(updated, near, crawldb)  # the same lookup: copies of a host's own pages
     counts = HT.page_counts(updated).join(signals, "host", "left")
     hosts_new = HT.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
     hosts_new = HT.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)

@@ -90,9 +90,10 @@ HOSTS = StructType([
     _f("trap_strikes", IntegerType(), True, "consecutive judged rounds with new-content share < trap.max_new_share"),
     _f("trap_new_share", DoubleType(), True, "new-content share of the first copies of the last judged round"),
     _f("trap_streak_pages", LongType(), True, "first copies fetched over the current strike streak"),
-    _f("trap_streak_exact", LongType(), True, "of those, exact duplicates (payload digest)"),
-    _f("trap_streak_near", LongType(), True, "of those, near-duplicates (SimHash) of another page of the host"),
-    _f("near_duplicate_pages", LongType(), True, "first copies that were near-duplicates, whole crawl"),
+    _f("trap_streak_exact", LongType(), True, "of those, exact duplicates (payload digest) of the host's own pages"),
+    _f("trap_streak_near", LongType(), True, "of those, near-duplicates (the dedup lookup) of the host's own pages"),
+    _f("near_duplicate_pages", LongType(), True,
+       "first copies that were near-duplicates of the host's own pages (trap evidence), whole crawl"),
     # The effective delay (update) and the address learnt before the first fetch (resolve, jobs/resolve.py).
     _f("delay_s", DoubleType(), True,
        "seconds per request at the end of the last fetch task: max(host_delay_s, Crawl-delay, learnt) "

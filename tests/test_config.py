@@ -133,6 +133,7 @@ def test_every_key_has_a_rule_and_every_rule_a_key():
     ("scope.score_decay=2", "must be within 0..1"),
     ("budget.max_pages_per_host=-1", "must be >= 0"),
     ("trap.max_new_share=1.01", "must be within 0..1"),
+    ("trap.park_confidence=1.0", "must be within 0.5..1 (1 excluded)"),
     ("export.index_files=0", "must be >= 1"),
     ('export.cdxj_records=["responses"]', "element 'responses' must be one of"),
     ('spark.extra=["spark.ui.port"]', "element 'spark.ui.port' must be key=value"),

@@ -10,8 +10,11 @@ its /search page, so its budget runs out in round 3):
 - the URL filters keep calendar, repeat and deep finite; the page budget holds
   the infinite facets host, whose remaining URLs become budget_exhausted with
   error_class budget:pages;
-- trap detection throttles then parks hostile-manylinks well under its page
-  budget (without it, the host would take its whole budget);
+- trap detection parks hostile-manylinks at its first strike, well under its
+  page budget: its round of PER_ROUND near-identical pages is evidence enough
+  (the Wilson bound of the new-content share, trap.park_confidence), so it is
+  not left to halve its cap round after round (without detection, the host
+  would take its whole budget);
 - ordinary sites are crawled completely, never throttled or parked;
 - the server's log shows no politeness violation, and every trap host's
   request count within its budget (+ one robots.txt a round);
@@ -57,6 +60,7 @@ def _crawl(spark, d, web, hosts, n_rounds: int, *, follow: bool, park_after: int
         f"[budget]\nmax_pages_per_host = {BUDGET}\n"
         f"[generate]\nmax_urls_per_host = {PER_ROUND}\nfetch_partitions = 2\n"
         "[scope]\nsame_host_only = true\n"
+        "[dedup]\nnear_duplicates = true\n"  # trap detection reads the near-duplicate lookup
         f"[trap]\nmin_pages = 5\nmax_new_share = 0.5\nthrottle_after_rounds = 1\npark_after_rounds = {park_after}\n")
     conf = config.load([overlay])
     seeds = d / "seeds.txt"
@@ -117,17 +121,20 @@ def test_every_trap_host_stays_within_its_budget(spark, crawled):
     assert _requests(log, "trap-deep.test")[0] <= 11
 
 
-def test_content_trap_is_throttled_then_parked(spark, crawled):
+def test_content_trap_is_parked_at_its_first_strike(spark, crawled):
     web, conf, overlay, log, v = crawled
     h = _hosts(spark, conf)[CONTENT_TRAP]
     pages, _ = _requests(log, CONTENT_TRAP)
-    # round 1: its home page; round 2: PER_ROUND near-identical pages (strike 1: throttled to half);
-    # round 3: PER_ROUND / 2 more (strike 2: parked). Without the detector it would reach BUDGET.
-    assert pages == 1 + PER_ROUND + PER_ROUND // 2, pages
-    assert h["round_cap"] == PER_ROUND // 4 and h["trap_strikes"] == 2
+    # round 1: its home page; round 2: PER_ROUND near-identical pages, 1 new: strike 1, throttled to half
+    # and parked at once (new-content share at most 46.7 % at 99 % confidence, under max_new_share 0.5);
+    # round 3: nothing. Before the evidence rule it took PER_ROUND / 2 more in round 3 (parked at strike 2);
+    # without the detector it would reach BUDGET.
+    assert pages == 1 + PER_ROUND, pages
+    assert h["round_cap"] == PER_ROUND // 2 and h["trap_strikes"] == 1
     assert h["park_reason"].startswith("trap: ") and "near-duplicates" in h["park_reason"], h["park_reason"]
+    assert "over 1 round; new-content share at most" in h["park_reason"], h["park_reason"]
     assert h["parked_until"] is not None and h["budget_reason"] is None
-    assert h["near_duplicate_pages"] >= PER_ROUND + PER_ROUND // 2 - 1
+    assert h["near_duplicate_pages"] >= PER_ROUND - 1
 
 
 def test_ordinary_hosts_are_fully_crawled_and_never_held(spark, crawled):

@@ -4,6 +4,7 @@ then the job on Delta: ledger refusals, one MERGE, idempotent reruns and crash r
 from __future__ import annotations
 
 import datetime as dt
+import random
 
 import pytest
 
@@ -500,42 +501,39 @@ def test_a_url_followed_in_round_is_inserted_as_if_generated_and_fetched(spark):
 
 
 # -- trap detection --------------------------------------------------------------------------------------
-SIG_SCHEMA = "host string, url_fp long, status string, simhash long, _first boolean"
-BASE_SIM = 0x0F0F_3C3C_5A5A_9999
+SIG_SCHEMA = "host string, url_fp long, status string, dup_of long, _first boolean"
+DUP, OK = "duplicate", "fetched"
 
 
-def _flip(value: int, *bits: int) -> int:
-    """``value`` (as a signed 64-bit long) with the given bits flipped."""
-    v = (value & (2**64 - 1)) ^ sum(1 << b for b in bits)
-    return v - 2**64 if v >= 2**63 else v
-
-
-def test_trap_signals_exact_near_and_new(spark):
-    s = _flip(BASE_SIM)
-    rows = [  # host a: stored copy BASE_SIM (and an EMPTY one); first copies of the round below
-        ("a.test", 1, "duplicate", s, True),                    # exact duplicate (digest of another URL)
-        ("a.test", 2, "fetched", _flip(s, 0, 17, 63), True),   # 3 bits from the stored copy, spread over blocks
-        ("a.test", 3, "fetched", _flip(s, 1, 2, 3, 4), True),  # 4 bits from everything: new content
-        ("a.test", 4, "fetched", 0, True),                     # EMPTY SimHash: no fingerprint, counted as new
-        ("a.test", 5, "fetched", _flip(s, 40, 41, 42, 43, 44, 45), True),  # 6 bits: new ...
-        ("a.test", 6, "fetched", _flip(s, 40, 41, 42, 43, 44, 46), True),  # ... 2 bits from fp 5: near
-        ("a.test", 7, "fetched", s, False),                    # a re-fetch: not judged at all
-        # host b: its only neighbour is on host c, so nothing is near
-        ("b.test", 8, "fetched", _flip(s, 5), True),
+def test_trap_signals_count_copies_of_the_hosts_own_pages(spark):
+    """trap_signals reads the duplicate steps' result (status, dup_of) and their lookup (``near``: url_fp ->
+    original); a copy counts against its host when its original is the host's, or when other first copies of
+    the round copy the same page of another host (all but one); a mirror's copies count for nothing."""
+    rows = [  # a.test copies itself: stored page 100, and its own first copy 4
+        ("a.test", 1, DUP, 100, True),     # exact copy of its stored page: exact
+        ("a.test", 2, DUP, 100, True),     # near copy of it (in ``near``): near
+        ("a.test", 3, DUP, 4, True),       # near copy of a first copy of the same round: near
+        ("a.test", 4, OK, None, True),     # new content
+        ("a.test", 5, DUP, 102, True),     # exact copy of a page of c.test, alone: no evidence
+        ("a.test", 6, DUP, 100, False),    # a re-fetch: not judged at all
+        # m.test mirrors c.test: each page copies a different page there
+        ("m.test", 7, DUP, 102, True), ("m.test", 8, DUP, 103, True), ("m.test", 9, OK, None, True),
+        # f.test repeats one page of c.test over and over (a trap on a mirror): all copies but one count
+        ("f.test", 10, DUP, 102, True), ("f.test", 11, DUP, 102, True), ("f.test", 12, DUP, 102, True),
+        ("f.test", 13, DUP, 102, True),    # an exact one among them
+        ("f.test", 14, DUP, 999, True),    # an original found nowhere: taken as another host's
     ]
     updated = spark.createDataFrame(rows, SIG_SCHEMA)
-    crawldb = spark.createDataFrame([("a.test", 100, s), ("a.test", 101, 0), ("c.test", 102, s),
-                                     ("a.test", 103, None)], "host string, url_fp long, simhash long")
-    got = {r.host: (r.t_pages, r.t_exact, r.t_near)
-           for r in HT.trap_signals(updated, crawldb, near_bits=3).collect()}
-    assert got == {"a.test": (6, 1, 2), "b.test": (1, 0, 0)}
-    # identical first copies of one round: all but the one with the smallest url_fp are near-duplicates
-    same = spark.createDataFrame([("t.test", i, "fetched", s, True) for i in range(5)], SIG_SCHEMA)
-    got = HT.trap_signals(same, crawldb.limit(0), near_bits=3).collect()
-    assert [(r.t_pages, r.t_exact, r.t_near) for r in got] == [(5, 0, 4)]
-    # the banding is exact at any k: 3 bits apart is not near at k = 2
-    got = HT.trap_signals(updated.where("url_fp = 2"), crawldb, near_bits=2).collect()
-    assert [(r.t_pages, r.t_near) for r in got] == [(1, 0)]
+    near = spark.createDataFrame([(2, 100), (3, 4), (7, 102), (8, 103), (10, 102), (11, 102), (12, 102), (14, 999)],
+                                 "url_fp long, _near_of long")
+    crawldb = spark.createDataFrame([(100, "a.test"), (102, "c.test"), (103, "c.test"), (6, "a.test")],
+                                    "url_fp long, host string")
+    got = {r.host: (r.t_pages, r.t_exact, r.t_near) for r in HT.trap_signals(updated, near, crawldb).collect()}
+    assert got == {"a.test": (5, 1, 2), "m.test": (3, 0, 0), "f.test": (5, 1, 2)}
+    # dedup.near_duplicates off: no lookup, the round has exact duplicates only, judged as such
+    exact_only = updated.where("url_fp IN (1, 4, 5, 9, 13)")
+    got = {r.host: (r.t_pages, r.t_exact, r.t_near) for r in HT.trap_signals(exact_only, None, crawldb).collect()}
+    assert got == {"a.test": (3, 1, 0), "m.test": (1, 0, 0), "f.test": (1, 0, 0)}
 
 
 TRAP = config.load(overrides=["trap.min_pages=10", "trap.max_new_share=0.25", "trap.throttle_after_rounds=2",
@@ -545,20 +543,32 @@ JUDGE_SCHEMA = ("host string, pages_fetched long, t_pages long, t_exact long, t_
                 "round_cap int, parked_until timestamp, park_reason string")
 
 
+# TRAP: max_new_share 0.25, park_confidence 0.99 (the default): a streak proves a trap from 17 copies with none new
 @pytest.mark.parametrize("name, row, want", [
     ("too_few_pages", ("h", 9, 8, 0, 8, None, None, None, None, None, None, None, None),
      dict(trap_strikes=None, round_cap=None, parked_until=None)),
     ("no_first_copy", ("h", 50, 0, 0, 0, 1, 0.1, 5, 0, 5, None, None, None),
      dict(trap_strikes=1, trap_streak_pages=5, round_cap=None)),
     ("first_strike", ("h", 50, 8, 2, 5, None, None, None, None, None, None, None, None),
-     dict(trap_strikes=1, trap_new_share=0.125, trap_streak_pages=8, trap_streak_near=5, round_cap=None)),
+     dict(trap_strikes=1, trap_new_share=0.125, trap_streak_pages=8, trap_streak_near=5, round_cap=None,
+          parked_until=None)),
     ("at_the_threshold_no_strike", ("h", 50, 8, 0, 6, 1, 0.0, 4, 0, 4, None, None, None),
      dict(trap_strikes=0, trap_new_share=0.25, trap_streak_pages=0, round_cap=None)),
-    ("throttle_halves_the_base_cap", ("h", 50, 8, 0, 8, 1, 0.0, 8, 0, 8, None, None, None),
+    ("throttle_halves_the_base_cap", ("h", 50, 8, 0, 8, 1, 0.0, 8, 0, 8, None, None, None),  # 16 copies: bound 25.3 %
      dict(trap_strikes=2, round_cap=8, parked_until=None)),
-    ("park", ("h", 50, 4, 1, 3, 2, 0.0, 16, 0, 15, 8, None, None),
+    ("park_after_rounds_on_weak_evidence", ("h", 50, 4, 1, 3, 2, 0.0, 16, 0, 15, 8, None, None),
      dict(trap_strikes=3, round_cap=4, parked_until=NOW + sec(1000),
-          park_reason="trap: 95% duplicates (1 exact, 18 near-duplicates of 20 new pages) over 3 rounds")),
+          park_reason="trap: 95% duplicates (1 exact, 18 near-duplicates of 20 new pages) over 3 rounds; "
+                      "new-content share at most 28.5% at 99% confidence")),
+    ("hundreds_of_copies_park_at_the_first_strike", ("h", 500, 300, 10, 288, None, None, None, None, None, None,
+                                                     None, None),
+     dict(trap_strikes=1, round_cap=None, parked_until=NOW + sec(1000),
+          park_reason="trap: 99% duplicates (10 exact, 288 near-duplicates of 300 new pages) over 1 round; "
+                      "new-content share at most 2.9% at 99% confidence")),
+    ("five_copies_never_park_at_once", ("h", 50, 5, 0, 5, None, None, None, None, None, None, None, None),
+     dict(trap_strikes=1, trap_new_share=0.0, round_cap=None, parked_until=None, park_reason=None)),
+    ("evidence_adds_up_over_the_streak", ("h", 50, 8, 0, 8, 1, 0.0, 10, 2, 8, None, None, None),  # 18: 23.1 %
+     dict(trap_strikes=2, round_cap=8, parked_until=NOW + sec(1000), trap_streak_pages=18)),
     ("recovery_lifts_the_throttle", ("h", 50, 4, 0, 0, 2, 0.0, 16, 0, 16, 4, None, None),
      dict(trap_strikes=0, round_cap=None, trap_new_share=1.0, parked_until=None)),
 ])
@@ -568,31 +578,58 @@ def test_judge_traps(spark, name, row, want):
     assert {k: got[k] for k in want} == want
 
 
-def test_plan_parks_a_near_duplicate_host_and_spares_an_ordinary_one(spark):
-    """Through update.plan: first copies sharing one SimHash park a host on its last strike;
-    a host of distinct pages, same counts, is untouched."""
+def _staged_in(spark, tmp_path):
+    """A ``keep`` for update.plan that cuts the lineage as ``update.run`` does (Parquet written, read back):
+    with the near-duplicate steps a persisted lineage takes Spark minutes to analyse."""
+    from jobs.update import _staged
+    n = iter(range(1000))
+    return lambda df: _staged(spark, df, str(tmp_path / f"part-{next(n)}"))
+
+
+def test_plan_parks_a_self_copying_host_and_spares_an_ordinary_one_and_its_mirror(spark, tmp_path):
+    """Through update.plan, near-duplicates on: the lookup that marks the near-duplicates is the one trap
+    detection reads. First copies with one main text park a host on its last strike; a host of distinct
+    pages is untouched, and so is its mirror, fetched earlier: calm's pages become duplicates of the
+    mirror's, yet neither host copies itself, so neither is a trap (fetch order decides nothing)."""
+    from crawl_udfs import near_dup, simhash
     from jobs import update
+    from schemas.tables import NEAR_DUP_INDEX
+    from tests.testweb.sites import prose
     conf = config.load(overrides=["trap.min_pages=5", "trap.max_new_share=0.5", "trap.throttle_after_rounds=1",
                                   "trap.park_after_rounds=2", "trap.park_duration_s=5000.0",
-                                  "generate.max_urls_per_host=8", "budget.max_pages_per_host=100"])
-    trap, calm = "http://trap.test/p", "http://calm.test/p"
-    pages = [page(f"{trap}{i}", "ok", status_code=200, digest=f"sha1:T{i}", simhash=_flip(BASE_SIM, i % 2),
-                  wire_bytes=10) for i in range(6)]
-    pages += [page(f"{calm}{i}", "ok", status_code=200, digest=f"sha1:C{i}",
-                   simhash=_flip(BASE_SIM, *range(8 * i, 8 * i + 8)), wire_bytes=10) for i in range(6)]
+                                  "generate.max_urls_per_host=8", "budget.max_pages_per_host=100",
+                                  "dedup.near_duplicates=true"])
+    n, perm = conf.simhash.shingle_words, conf.dedup.minhash_permutations
+
+    def ok(url: str, text: str, **kw) -> dict:
+        sig = dict(simhash=simhash.simhash(text, n), minhash=near_dup.minhash(text, n, perm),
+                   words=len(simhash.words(text)))
+        return page(url, "ok", status_code=200, digest=f"sha1:{url}", content_type="text/html", wire_bytes=10,
+                    **sig, **kw)
+    same = prose(random.Random("facet"), 80)
+    texts = [prose(random.Random(f"calm/{i}"), 80) for i in range(6)]
+    pages = [ok(f"http://trap.test/p{i}", same) for i in range(6)]
+    pages += [ok(f"http://calm.test/p{i}", texts[i]) for i in range(6)]
+    pages += [ok(f"http://mirror.test/m{i}", texts[i], fetch_time=T0 - sec(10)) for i in range(6)]
     olds = [old(p["url"]) for p in pages]
     hosts = [dict(host=h, consecutive_failures=0, pages_fetched=4, bytes_fetched=40, requests=4, duplicate_pages=0,
                   new_content_pages=4, updated_round=0, trap_strikes=1, trap_streak_pages=4, trap_streak_exact=0,
-                  trap_streak_near=3, round_cap=4) for h in ("trap.test", "calm.test")]
+                  trap_streak_near=3, round_cap=4) for h in ("trap.test", "calm.test", "mirror.test")]
     p = update.plan(frame(spark, olds, CRAWLDB), frame(spark, hosts, HOSTS), frame(spark, pages, FETCH_OUTPUT),
-                    frame(spark, [], FETCH_LIST), conf, round_no=2, now=NOW, keep=lambda d: d.persist())
+                    frame(spark, [], FETCH_LIST), conf, round_no=2, now=NOW,
+                    near_dup_index=frame(spark, [], NEAR_DUP_INDEX), keep=_staged_in(spark, tmp_path))
     h = {r.host: r.asDict() for r in p.hosts.collect()}
-    t, c = h["trap.test"], h["calm.test"]
+    t = h["trap.test"]
     assert (t["trap_strikes"], t["round_cap"], t["near_duplicate_pages"]) == (2, 2, 5)
     assert t["parked_until"] == NOW + sec(5000)
-    assert t["park_reason"] == "trap: 80% duplicates (0 exact, 8 near-duplicates of 10 new pages) over 2 rounds"
-    assert (c["trap_strikes"], c["round_cap"], c["parked_until"], c["park_reason"]) == (0, None, None, None)
-    assert c["trap_new_share"] == 1.0 and c["near_duplicate_pages"] == 0
+    assert t["park_reason"] == ("trap: 80% duplicates (0 exact, 8 near-duplicates of 10 new pages) over 2 rounds; "
+                                "new-content share at most 56.5% at 99% confidence")
+    calm_dups = {r.url for r in p.updated.where("status = 'duplicate'").collect() if "calm" in r.url}
+    assert len(calm_dups) == 6  # the mirror was fetched first: calm's pages are its copies
+    for name in ("calm.test", "mirror.test"):
+        c = h[name]
+        assert (c["trap_strikes"], c["round_cap"], c["parked_until"], c["park_reason"]) == (0, None, None, None)
+        assert c["trap_new_share"] == 1.0 and c["near_duplicate_pages"] == 0
 
 
 # -- the job on Delta ---------------------------------------------------------------------------------
