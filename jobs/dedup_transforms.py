@@ -49,6 +49,7 @@ from pyspark.sql.types import BooleanType
 
 from crawl_udfs import near_dup
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
+from jobs.originals import BY_CANONICAL, MEMBER_COLUMNS, ORIG, first_copy_time, with_original
 from jobs.update_transforms import FIRST, as_duplicates
 from schemas.status import Status
 from schemas.tables import NEAR_DUP_INDEX
@@ -67,12 +68,12 @@ def block_keys(simhash: Column, k: int) -> Column:
 
 
 def candidates(updated: DataFrame, prepared: DataFrame) -> DataFrame:
-    """``url_fp``, ``host``, ``simhash``, ``minhash``, ``words``, ``first_fetched`` of the round's first copies
-    that are no exact duplicate and have both signatures (``prepared``: the page rows, for the MinHash)."""
+    """``url_fp``, ``host``, ``simhash``, ``canonical_fp``, ``minhash``, ``words``, ``first_fetched`` of the round's
+    first copies that are no exact duplicate and have both signatures (``prepared``: the page rows, for the MinHash)."""
     sig = prepared.select("url_fp", "minhash", "words")
     first = updated.where(F.col(FIRST) & (F.col("status") != Status.DUPLICATE.value) & F.col("simhash").isNotNull()
                           & (F.col("simhash") != F.lit(EMPTY_SIMHASH)))
-    return (first.select("url_fp", "host", "simhash", F.col("last_fetch_time").alias("first_fetched"))
+    return (first.select("url_fp", "host", "simhash", "canonical_fp", first_copy_time().alias("first_fetched"))
             .join(sig, "url_fp")
             .where(F.col("minhash").isNotNull() & F.col("words").isNotNull() & F.col("first_fetched").isNotNull()))
 
@@ -89,26 +90,36 @@ def _second_check(jaccard_threshold: float, length_ratio: float):
 
 def near_duplicate_of(cands: DataFrame, index: DataFrame, *, round_no: int, near_bits: int,
                       jaccard_threshold: float, length_ratio: float) -> DataFrame:
-    """``url_fp``, ``_near_of``: each candidate that is a near-duplicate of an earlier page (index rows of
-    rounds before ``round_no``, or an earlier candidate of the round), with its original (see the module)."""
+    """``url_fp``, ``_near_of``: each candidate that is a near-duplicate of another page (index rows of rounds
+    before ``round_no``, or another candidate of the round) with its original, and each index page a candidate
+    beat by a consistent canonical, with that candidate (see the module)."""
     k = int(near_bits)
-    cols = ("url_fp", "simhash", "minhash", "words", "first_fetched")
+    cols = ("url_fp", "host", "canonical_fp", "simhash", "minhash", "words", "first_fetched")
     mine = cands.select(*cols, F.explode(block_keys(F.col("simhash"), k)).alias("block_key"))
     keys = mine.select("block_key").distinct()
     indexed = (index.where(F.col("round") < F.lit(int(round_no)))
                .join(F.broadcast(keys), "block_key", "left_semi").select("block_key", *cols))
-    other = indexed.unionByName(mine).select("block_key", *[F.col(c).alias(f"o_{c}") for c in cols])
-    earlier = ((F.col("o_first_fetched") < F.col("first_fetched"))
-               | ((F.col("o_first_fetched") == F.col("first_fetched")) & (F.col("o_url_fp") < F.col("url_fp"))))
+    other = (indexed.withColumn("indexed", F.lit(True)).unionByName(mine.withColumn("indexed", F.lit(False)))
+             .select("block_key", *[F.col(c).alias(f"o_{c}") for c in (*cols, "indexed")]))
     close = F.bit_count(F.col("simhash").bitwiseXOR(F.col("o_simhash"))) <= F.lit(k)
-    pairs = (mine.join(other, "block_key").where(earlier & close)
+    pairs = (mine.join(other, "block_key").where(close & (F.col("o_url_fp") != F.col("url_fp")))
              .dropDuplicates(["url_fp", "o_url_fp"]))  # a pair agreeing on several blocks is one pair
     check = _second_check(float(jaccard_threshold), float(length_ratio))
     pairs = pairs.where(check(F.col("minhash"), F.col("o_minhash"), F.col("words"), F.col("o_words")))
-    best = pairs.groupBy("url_fp").agg(
-        F.min(F.struct("o_first_fetched", "o_url_fp")).getField("o_url_fp").alias(NEAR_OF))
-    hop = best.select(F.col("url_fp").alias("_hop_fp"), F.col(NEAR_OF).alias("_hop_of"))
-    return (best.join(hop, F.col(NEAR_OF) == F.col("_hop_fp"), "left")
+    # each candidate's cluster: itself and the pages it is a near-duplicate of; jobs.originals decides
+    theirs = (*MEMBER_COLUMNS, "indexed")
+    members = pairs.select(F.col("url_fp").alias("_c"), *[F.col(f"o_{c}").alias(c) for c in theirs])
+    selves = (cands.join(pairs.select("url_fp").distinct(), "url_fp", "left_semi")
+              .select(F.col("url_fp").alias("_c"), *MEMBER_COLUMNS, F.lit(False).alias("indexed")))
+    ranked = with_original(members.unionByName(selves), "_c")
+    best = ranked.where((F.col("url_fp") == F.col("_c")) & (F.col(ORIG) != F.col("_c"))).select(
+        "url_fp", F.col(ORIG).alias(NEAR_OF))
+    # an index page in the cluster of a candidate that won it by a consistent canonical becomes its copy
+    won = (F.col(ORIG) == F.col("_c")) & F.col(BY_CANONICAL) & F.col("indexed")
+    demoted = ranked.where(won).groupBy("url_fp").agg(F.min("_c").alias(NEAR_OF))
+    found = best.unionByName(demoted.join(best.select("url_fp"), "url_fp", "left_anti"))
+    hop = found.select(F.col("url_fp").alias("_hop_fp"), F.col(NEAR_OF).alias("_hop_of"))
+    return (found.join(hop, F.col(NEAR_OF) == F.col("_hop_fp"), "left")
             .select("url_fp", F.coalesce(F.col("_hop_of"), F.col(NEAR_OF)).alias(NEAR_OF)))
 
 
@@ -123,6 +134,12 @@ def mark_near_duplicates(updated: DataFrame, near: DataFrame, *, duplicate_inter
     return (df.join(hop, F.col("dup_of") == F.col("_exact_of"), "left")
             .withColumn("dup_of", F.coalesce(F.col("_exact_near_of"), F.col("dup_of")))
             .drop("_exact_of", "_exact_near_of"))
+
+
+def demotions(updated: DataFrame, near: DataFrame) -> DataFrame:
+    """``url_fp``, ``_to``: the index pages of ``near`` not fetched this round that a candidate beat by a
+    consistent canonical (:func:`jobs.originals.repoint` makes them its copies in the crawl DB)."""
+    return near.join(updated.select("url_fp"), "url_fp", "left_anti").select("url_fp", F.col(NEAR_OF).alias("_to"))
 
 
 def index_rows(cands: DataFrame, near: DataFrame, *, round_no: int, near_bits: int) -> DataFrame:

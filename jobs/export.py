@@ -55,7 +55,6 @@ executor sees under the same path).
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
@@ -64,6 +63,7 @@ from urllib.parse import urlsplit
 
 from crawl_udfs.config import Config, ConfigError
 from crawl_udfs.dns import parse_ip
+from crawl_udfs.sites import psl as _psl  # the one PSL extractor (also the site of a rel=canonical)
 
 SUBSETS = ("warc", "crawldiagnostics", "robotstxt")
 TMP_DIR = ".export-tmp"
@@ -103,14 +103,6 @@ def cc_index_schema():
 
 
 # -- plain Python: URL parts ------------------------------------------------------------------------
-@functools.lru_cache(maxsize=2)
-def _psl(include_private: bool):
-    """A tldextract extractor on the bundled PSL snapshot only: no cache dir, no download."""
-    import tldextract
-    return tldextract.TLDExtract(cache_dir=None, suffix_list_urls=(), fallback_to_snapshot=True,
-                                 include_psl_private_domains=include_private)
-
-
 def surt_key(url: str) -> str:
     """SURT form of ``url`` as cdxj-indexer computes it (``surt.surt``); the URL itself if it cannot parse."""
     import surt

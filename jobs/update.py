@@ -174,6 +174,7 @@ from crawl_udfs.config import Config
 from jobs import common, faults, ledger
 from jobs import dedup_transforms as D
 from jobs import hosts_transforms as HT
+from jobs import originals as O
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
 from jobs.update_counters import Counters
@@ -219,7 +220,10 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), scan))
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
-    updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))
+    members = keep(T.exact_members(updated, crawldb))
+    updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s,
+                                     members=members))
+    demoted = T.exact_demotions(members)
     new = T.discover(prepared, crawldb, conf.scope, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
     signals = HT.trap_signals(updated, crawldb, near_bits=conf.simhash.near_duplicate_bits)
@@ -232,6 +236,11 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
             length_ratio=d.length_ratio)))
         updated = keep(D.mark_near_duplicates(updated, near, duplicate_interval_s=conf.schedule.duplicate_interval_s))
         index_rows = D.index_rows(cands, near, round_no=round_no, near_bits=k)
+        demoted = demoted.unionByName(D.demotions(updated, near))
+    gone = O.leaving(updated, demoted, was=T.WAS, changed=T.CHANGED)
+    decided = keep(O.repoint(updated, crawldb, gone))
+    updated = keep(O.repointed(updated, decided))
+    repointed = O.repointed_rows(decided, round_no=round_no, was=T.WAS)
     counts = HT.page_counts(updated).join(signals, "host", "left")
     hosts_new = HT.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
     hosts_new = HT.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
@@ -239,7 +248,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
                                                       conf.budget.max_bytes_per_host)
     hosts_new = keep(observe("hosts", common.conform(hosts_new, TABLES["hosts"])))
     budget = HT.budget_rows(crawldb, reached, round_no=round_no)
-    source = T.merge_source(updated, new, budget, exhausted)  # computed once, by its staging write
+    source = T.merge_source(updated, new, budget, exhausted, repointed)  # computed once, by its staging write
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
                 links=T.link_rows(prepared, round_no=round_no), near_dup_index=index_rows)
@@ -353,6 +362,8 @@ def _merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
     with _tagged(spark, tag):
         (common.table(spark, conf, "crawldb").alias("t").merge(source.alias("s"), "t.url_fp = s.url_fp")
          .whenMatchedUpdate(condition=f"s._kind IN ('update', 'budget') AND t.updated_round < {n}", set=cols)
+         .whenMatchedUpdate(condition=f"s._kind = 'repoint' AND t.updated_round < {n}",
+                            set={c: f"s.`{c}`" for c in ("status", "dup_of", "updated_round")})
          .whenNotMatchedInsert(condition="s._kind IN ('update', 'new')", values=cols)
          .execute())
 
