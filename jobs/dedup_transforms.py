@@ -27,18 +27,20 @@ The rules, each decided here once:
   length, run as a Python UDF on the candidate pairs only). Across hosts: a mirror lives on
   another host. Only index rows of earlier rounds are read (``round < N``), so a rerun of round N
   decides the same whatever it already appended.
-- **The original** is the earliest fetched copy, ties by the smallest url_fp: index rows are
-  originals of earlier rounds; of two candidates of the round the later one is the copy. A copy
-  whose earliest match is itself a copy (near-duplicates are not transitive) names that one's
-  original, one hop only: a chain of three or more copies within one round can still name a copy.
-  An exact duplicate (same payload digest) of a page found a near-duplicate names that page's
-  original too (its exact original was decided first, by ``first_seen``).
-  Not yet: a consistent same-site ``rel=canonical`` winning over the earliest copy.
+- **The original** of a candidate's cluster (itself and the pages it is close to) is
+  :func:`jobs.originals.with_original`'s, the rule exact duplicates use too: a consistent same-site
+  ``rel=canonical`` wins, else the earliest fetched copy, ties by the smallest url_fp (index rows are
+  originals of earlier rounds; of two candidates of the round the later one is the copy). An index
+  page in the cluster of a candidate that won it by its canonical becomes that candidate's copy (a
+  ``near`` row too; update re-points it in the crawl DB, :func:`demotions`). A copy whose original is
+  itself a copy (near-duplicates are not transitive) names that one's original, one hop only: a
+  chain of three or more copies within one round can still name a copy. An exact duplicate (same
+  payload digest) of a page found a near-duplicate names that page's original too.
 - A copy is not added to the index; every other candidate is, under each of its block keys.
 
 Not here yet (issue 14): bucket caps (a template shared by thousands of pages makes its block
-keys' buckets, and so the pair count, large), promotion of a copy when its original goes, trap
-detection reading the index.
+keys' buckets, and so the pair count, large), trap detection reading the index. Promotion of a copy
+when its original goes: :mod:`jobs.originals`.
 """
 
 from __future__ import annotations

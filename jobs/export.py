@@ -39,10 +39,12 @@ cdxj-indexer keys CDXJ lines with, so both indexes sort alike.
 
 ``duplicate_of`` (our addition): the URL of the original when update marked
 the capture an exact duplicate (``fetch_log.dup_of``, a url_fp, written from
-the same decision as ``crawldb.dup_of``: the original of a digest is the URL
-seen first, ``jobs/update_transforms.mark_duplicates``), or a near-duplicate
-(``dedup.near_duplicates``: the earliest fetched copy, ``jobs/dedup_transforms.py``);
-null otherwise. It is
+the same decision as ``crawldb.dup_of``: which copy is the original is
+``jobs/originals.py``'s, a consistent same-site canonical, else the earliest
+fetched), for an exact or (``dedup.near_duplicates``) a near-duplicate; null
+otherwise. A copy promoted later (its original went) changes ``crawldb`` only:
+its captures keep the verdict of their round, and the original's capture is
+still in the corpus. It is
 read per capture from ``fetch_log`` rather than from ``crawldb.dup_of``, which
 holds only a URL's latest copy: an older capture keeps the verdict it had.
 

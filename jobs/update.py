@@ -16,7 +16,8 @@ Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms
 1. ONE MERGE into ``crawldb`` on ``url_fp``; source = updated rows ∪ new URLs ∪
    budget rows, one row per url_fp (updated > new > budget), flag ``_kind``:
    whenMatched(``_kind`` in update/budget AND ``t.updated_round < N``) → update
-   all; whenNotMatched(``_kind`` in update/new) → insert.
+   all; whenMatched(``_kind`` = repoint AND the same guard) → status, dup_of,
+   updated_round; whenNotMatched(``_kind`` in update/new) → insert.
 2. MERGE into ``hosts`` on ``host``, guarded by ``t.updated_round < N``.
 3. Appends to ``fetch_log`` and ``links`` (and ``near_dup_index`` with ``dedup.near_duplicates``) with
    ``txnAppId = deltacrawl-update-<table>``, ``txnVersion = N``: a rerun of round N appends nothing.
@@ -67,14 +68,27 @@ attempted, ``http_status`` = its code and ``last_fetch_time`` = its fetch_time.
 
 Exact duplicates: among this batch's ok/304 rows and the crawl DB's
 fetched/not_modified rows not re-decided by the batch, the original of a digest
-is the earliest ``first_seen`` (ties: smallest url_fp); every other ok/304 row
-of the batch with that digest is ``duplicate``.
+is ``jobs/originals.py``'s: a consistent same-site ``rel=canonical`` wins, else
+the earliest fetched (``first_fetched``), ties by the smallest url_fp; every
+other ok/304 row of the batch with that digest is ``duplicate``, and a crawl-DB
+original that lost becomes one too (below).
+
+Originals that go (``jobs/originals.py``): a crawl-DB original that a
+canonical target beat, or a row of the round that was an original and is now
+gone or a duplicate, leaves copies (``dup_of`` = it). They are re-pointed in
+the same MERGE, as ``_kind = repoint`` rows that set only ``status``,
+``dup_of`` and ``updated_round`` (guarded like the others by ``t.updated_round
+< N``): to the new original when the page still holds the content they copied,
+else the earliest copy is promoted (``fetched``, or ``not_modified`` after a
+304; ``dup_of`` null) and the others name it. ``first_fetched`` (the first
+stored copy's fetch time) and ``canonical_fp`` (xxhash64 of the page's
+normalised ``rel=canonical``) are set by row 1 and kept otherwise.
 
 Near-duplicates (``dedup.near_duplicates``, off by default): the round's other
 first copies are looked up in ``near_dup_index`` and among themselves, across
 hosts (SimHash block keys, within ``simhash.near_duplicate_bits``, then the
-MinHash and length checks of ``[dedup]``); a copy of an earlier fetched page
-(ties: smallest url_fp) becomes ``duplicate`` as in row 2, with ``dup_of`` in
+MinHash and length checks of ``[dedup]``); a copy (the original: as for exact
+duplicates) becomes ``duplicate`` as in row 2, with ``dup_of`` in
 ``crawldb`` and ``fetch_log``, and is not indexed; the others are appended to
 the index. Rules: ``jobs/dedup_transforms.py``. Trap detection reads the round
 before this step and still looks SimHash up within each host ("Traps" below).
@@ -144,6 +158,11 @@ What update scans, and how it grows:
 - the digest lookup (``status``, ``digest``, ``first_seen`` of stored rows,
   semi-joined with the batch's broadcast digests): O(crawl DB) in those three
   columns.
+- re-pointing (``jobs/originals.repoint``) reads ``url_fp``, ``dup_of`` and
+  seven small columns of all rows, semi-joined on ``url_fp`` or ``dup_of`` with
+  the broadcast url_fps of the originals that went: O(crawl DB) in those
+  columns (a separate ``original`` → copies table clustered by original would
+  make it grow with the copies touched).
 - budget marking reads ``status``/``host`` of all rows, but only in a round
   where some host reached its budget. ``frontier_size`` costs no scan of its
   own: the eligible rows of the pinned snapshot are counted on the full scan
