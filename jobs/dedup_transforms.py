@@ -108,18 +108,19 @@ def near_duplicate_of(cands: DataFrame, index: DataFrame, *, round_no: int, near
              .dropDuplicates(["url_fp", "o_url_fp"]))  # a pair agreeing on several blocks is one pair
     check = _second_check(float(jaccard_threshold), float(length_ratio))
     pairs = pairs.where(check(F.col("minhash"), F.col("o_minhash"), F.col("words"), F.col("o_words")))
-    # each candidate's cluster: itself and the pages it is a near-duplicate of; jobs.originals decides
-    theirs = (*MEMBER_COLUMNS, "indexed")
-    members = pairs.select(F.col("url_fp").alias("_c"), *[F.col(f"o_{c}").alias(c) for c in theirs])
-    selves = (cands.join(pairs.select("url_fp").distinct(), "url_fp", "left_semi")
-              .select(F.col("url_fp").alias("_c"), *MEMBER_COLUMNS, F.lit(False).alias("indexed")))
-    ranked = with_original(members.unionByName(selves), "_c")
-    best = ranked.where((F.col("url_fp") == F.col("_c")) & (F.col(ORIG) != F.col("_c"))).select(
-        "url_fp", F.col(ORIG).alias(NEAR_OF))
-    # an index page in the cluster of a candidate that won it by a consistent canonical becomes its copy
+    # each candidate's cluster: itself and the pages it is a near-duplicate of; jobs.originals decides.
+    # One pass over the pairs (each gives its candidate's own row and the other page's), one over the ranks.
+    def member(side: str, indexed: Column) -> Column:
+        return F.struct(*[F.col(f"{side}{c}").alias(c) for c in MEMBER_COLUMNS], indexed.alias("indexed"))
+    members = (pairs.select(F.col("url_fp").alias("_c"), F.explode(F.array(
+        member("", F.lit(False)), member("o_", F.col("o_indexed")))).alias("m")).select("_c", "m.*").distinct())
+    ranked = with_original(members, "_c")
+    # a copy names its cluster's original; an index page in the cluster of a candidate that won it by a
+    # consistent canonical becomes that candidate's copy
+    copy = (F.col("url_fp") == F.col("_c")) & (F.col(ORIG) != F.col("_c"))
     won = (F.col(ORIG) == F.col("_c")) & F.col(BY_CANONICAL) & F.col("indexed")
-    demoted = ranked.where(won).groupBy("url_fp").agg(F.min("_c").alias(NEAR_OF))
-    found = best.unionByName(demoted.join(best.select("url_fp"), "url_fp", "left_anti"))
+    found = (ranked.select("url_fp", F.when(copy, F.col(ORIG)).when(won, F.col("_c")).alias(NEAR_OF))
+             .where(F.col(NEAR_OF).isNotNull()).groupBy("url_fp").agg(F.min(NEAR_OF).alias(NEAR_OF)))
     hop = found.select(F.col("url_fp").alias("_hop_fp"), F.col(NEAR_OF).alias("_hop_of"))
     return (found.join(hop, F.col(NEAR_OF) == F.col("_hop_fp"), "left")
             .select("url_fp", F.coalesce(F.col("_hop_of"), F.col(NEAR_OF)).alias(NEAR_OF)))
