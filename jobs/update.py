@@ -155,9 +155,10 @@ What update scans, and how it grows:
   MERGE repeats that join to find the files it touches. Deletion vectors (on
   for the crawl DB) keep it from rewriting those files: it writes small DVs
   plus the changed rows, so the WRITE grows with the touched URLs.
-- the digest lookup (``status``, ``digest``, ``first_seen`` of stored rows,
-  semi-joined with the batch's broadcast digests): O(crawl DB) in those three
-  columns.
+- the digest lookup (``status``, ``digest``, and for the original's rule
+  ``host``, ``canonical_fp``, ``first_fetched``, ``warc_fetch_time``,
+  ``first_seen`` of stored rows, semi-joined with the batch's broadcast
+  digests): O(crawl DB) in those columns.
 - re-pointing (``jobs/originals.repoint``) reads ``url_fp``, ``dup_of`` and
   seven small columns of all rows, semi-joined on ``url_fp`` or ``dup_of`` with
   the broadcast url_fps of the originals that went: O(crawl DB) in those
