@@ -43,10 +43,10 @@ B = "http://c.test/brief/32"             # round 2: another brief of the templat
 X = "http://x.test/story/3"              # round 2: a story fetched first ...
 Y = "http://y.test/story/3?ref=home"     # ... and its print copy on another host, 10 s later
 H = "http://h.test/odd"                  # round 2: A's text, but a SimHash 4 bits from A's sharing block 0
-NEWS = prose(random.Random("article/7"), 400)
+NEWS = prose(random.Random("article/6"), 400)
 NEWS_PRINT = "Printer-friendly version\n" + NEWS + "\nPrinted from q.test"
-Q1 = "http://q.test/print/7"             # round 1: a print copy naming Q as canonical, indexed
-Q = "http://q.test/7"                    # round 2: Q, self-canonical: the original, Q1 its copy
+Q1 = "http://q.test/print/6"             # round 1: a print copy naming Q as canonical, indexed
+Q = "http://q.test/6"                    # round 2: Q, self-canonical: the original, Q1 its copy
 G = "http://g.test/gone"                 # round 1: an original (G2 its copy); round 2: 404
 G2 = "http://g2.test/copy"
 HOSTS_OF_ROUND = sorted({host_of(u) for u in (M, P, B, X, Y, H, Q, G)})
