@@ -27,13 +27,15 @@ The rules, each decided here once:
   length, run as a Python UDF on the candidate pairs only). Across hosts: a mirror lives on
   another host. Only index rows of earlier rounds are read (``round < N``), so a rerun of round N
   decides the same whatever it already appended.
-- **The original** is the earliest fetched copy, ties by the smallest url_fp: index rows are
-  originals of earlier rounds; of two candidates of the round the later one is the copy. A copy
-  whose earliest match is itself a copy (near-duplicates are not transitive) names that one's
-  original, one hop only: a chain of three or more copies within one round can still name a copy.
-  An exact duplicate (same payload digest) of a page found a near-duplicate names that page's
-  original too (its exact original was decided first, by ``first_seen``).
-  Not yet: a consistent same-site ``rel=canonical`` winning over the earliest copy.
+- **The original** of a candidate's cluster (itself and the pages it is close to) is
+  :func:`jobs.originals.with_original`'s, the rule exact duplicates use too: a consistent same-site
+  ``rel=canonical`` wins, else the earliest fetched copy, ties by the smallest url_fp (index rows are
+  originals of earlier rounds; of two candidates of the round the later one is the copy). An index
+  page in the cluster of a candidate that won it by its canonical becomes that candidate's copy (a
+  ``near`` row too; update re-points it in the crawl DB, :func:`demotions`). A copy whose original is
+  itself a copy (near-duplicates are not transitive) names that one's original, one hop only: a
+  chain of three or more copies within one round can still name a copy. An exact duplicate (same
+  payload digest) of a page found a near-duplicate names that page's original too.
 - A copy is not added to the index; every other candidate is, under each of its block keys.
 - **Bucket cap** (``dedup.max_bucket_rows``, :func:`capped`): a candidate is compared with at most
   that many rows of each of its block keys (index rows and the round's candidates together), the
@@ -56,8 +58,8 @@ the (k + 1) x 2^16 key space, so a file holding 1/F of the key range is skipped 
 probability (1 - 1/F)^8000, nil unless the table has far more files than the round has keys; no
 layout by ``block_key`` (liquid clustering, Z-order, range partitions) prunes a lookup of random keys.
 
-Not here yet (issue 14): promotion of a copy when its original goes. Trap detection reads this
-lookup's result (``jobs.hosts_transforms.trap_signals``).
+Trap detection reads this lookup's result (``jobs.hosts_transforms.trap_signals``). Promotion of a
+copy when its original goes: :mod:`jobs.originals`.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from pyspark.sql.window import Window
 
 from crawl_udfs import near_dup
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
+from jobs.originals import BY_CANONICAL, MEMBER_COLUMNS, ORIG, first_copy_time, with_original
 from jobs.update_transforms import FIRST, as_duplicates
 from schemas.status import Status
 from schemas.tables import NEAR_DUP_INDEX
@@ -87,12 +90,12 @@ def block_keys(simhash: Column, k: int) -> Column:
 
 
 def candidates(updated: DataFrame, prepared: DataFrame) -> DataFrame:
-    """``url_fp``, ``host``, ``simhash``, ``minhash``, ``words``, ``first_fetched`` of the round's first copies
-    that are no exact duplicate and have both signatures (``prepared``: the page rows, for the MinHash)."""
+    """``url_fp``, ``host``, ``simhash``, ``canonical_fp``, ``minhash``, ``words``, ``first_fetched`` of the round's
+    first copies that are no exact duplicate and have both signatures (``prepared``: the page rows, for the MinHash)."""
     sig = prepared.select("url_fp", "minhash", "words")
     first = updated.where(F.col(FIRST) & (F.col("status") != Status.DUPLICATE.value) & F.col("simhash").isNotNull()
                           & (F.col("simhash") != F.lit(EMPTY_SIMHASH)))
-    return (first.select("url_fp", "host", "simhash", F.col("last_fetch_time").alias("first_fetched"))
+    return (first.select("url_fp", "host", "simhash", "canonical_fp", first_copy_time().alias("first_fetched"))
             .join(sig, "url_fp")
             .where(F.col("minhash").isNotNull() & F.col("words").isNotNull() & F.col("first_fetched").isNotNull()))
 
@@ -118,28 +121,39 @@ def capped(rows: DataFrame, max_rows: int, order: tuple[str, ...] = ("first_fetc
 
 def near_duplicate_of(cands: DataFrame, index: DataFrame, *, round_no: int, near_bits: int,
                       jaccard_threshold: float, length_ratio: float, max_bucket_rows: int = 0) -> DataFrame:
-    """``url_fp``, ``_near_of``: each candidate that is a near-duplicate of an earlier page (index rows of
-    rounds before ``round_no``, or an earlier candidate of the round), with its original (see the module).
-    A candidate is paired with at most ``max_bucket_rows`` rows of each of its block keys (:func:`capped`)."""
+    """``url_fp``, ``_near_of``: each candidate that is a near-duplicate of another page (index rows of rounds
+    before ``round_no``, or another candidate of the round) with its original, and each index page a candidate
+    beat by a consistent canonical, with that candidate (see the module). A candidate is paired with at most
+    ``max_bucket_rows`` rows of each of its block keys (:func:`capped`)."""
     k = int(near_bits)
-    cols = ("url_fp", "simhash", "minhash", "words", "first_fetched")
+    cols = ("url_fp", "host", "canonical_fp", "simhash", "minhash", "words", "first_fetched")
     mine = cands.select(*cols, F.explode(block_keys(F.col("simhash"), k)).alias("block_key"))
     keys = mine.select("block_key").distinct()
     indexed = (index.where(F.col("round") < F.lit(int(round_no)))
                .join(F.broadcast(keys), "block_key", "left_semi").select("block_key", *cols))
-    other = capped(indexed.unionByName(mine), max_bucket_rows)
-    other = other.select("block_key", *[F.col(c).alias(f"o_{c}") for c in cols])
-    earlier = ((F.col("o_first_fetched") < F.col("first_fetched"))
-               | ((F.col("o_first_fetched") == F.col("first_fetched")) & (F.col("o_url_fp") < F.col("url_fp"))))
+    other = capped(indexed.withColumn("indexed", F.lit(True)).unionByName(mine.withColumn("indexed", F.lit(False))),
+                   max_bucket_rows)
+    other = other.select("block_key", *[F.col(c).alias(f"o_{c}") for c in (*cols, "indexed")])
     close = F.bit_count(F.col("simhash").bitwiseXOR(F.col("o_simhash"))) <= F.lit(k)
-    pairs = (mine.join(other, "block_key").where(earlier & close)
+    pairs = (mine.join(other, "block_key").where(close & (F.col("o_url_fp") != F.col("url_fp")))
              .dropDuplicates(["url_fp", "o_url_fp"]))  # a pair agreeing on several blocks is one pair
     check = _second_check(float(jaccard_threshold), float(length_ratio))
     pairs = pairs.where(check(F.col("minhash"), F.col("o_minhash"), F.col("words"), F.col("o_words")))
-    best = pairs.groupBy("url_fp").agg(
-        F.min(F.struct("o_first_fetched", "o_url_fp")).getField("o_url_fp").alias(NEAR_OF))
-    hop = best.select(F.col("url_fp").alias("_hop_fp"), F.col(NEAR_OF).alias("_hop_of"))
-    return (best.join(hop, F.col(NEAR_OF) == F.col("_hop_fp"), "left")
+    # each candidate's cluster: itself and the pages it is a near-duplicate of; jobs.originals decides.
+    # One pass over the pairs (each gives its candidate's own row and the other page's), one over the ranks.
+    def member(side: str, indexed: Column) -> Column:
+        return F.struct(*[F.col(f"{side}{c}").alias(c) for c in MEMBER_COLUMNS], indexed.alias("indexed"))
+    members = (pairs.select(F.col("url_fp").alias("_c"), F.explode(F.array(
+        member("", F.lit(False)), member("o_", F.col("o_indexed")))).alias("m")).select("_c", "m.*").distinct())
+    ranked = with_original(members, "_c")
+    # a copy names its cluster's original; an index page in the cluster of a candidate that won it by a
+    # consistent canonical becomes that candidate's copy
+    copy = (F.col("url_fp") == F.col("_c")) & (F.col(ORIG) != F.col("_c"))
+    won = (F.col(ORIG) == F.col("_c")) & F.col(BY_CANONICAL) & F.col("indexed")
+    found = (ranked.select("url_fp", F.when(copy, F.col(ORIG)).when(won, F.col("_c")).alias(NEAR_OF))
+             .where(F.col(NEAR_OF).isNotNull()).groupBy("url_fp").agg(F.min(NEAR_OF).alias(NEAR_OF)))
+    hop = found.select(F.col("url_fp").alias("_hop_fp"), F.col(NEAR_OF).alias("_hop_of"))
+    return (found.join(hop, F.col(NEAR_OF) == F.col("_hop_fp"), "left")
             .select("url_fp", F.coalesce(F.col("_hop_of"), F.col(NEAR_OF)).alias(NEAR_OF)))
 
 
@@ -154,6 +168,12 @@ def mark_near_duplicates(updated: DataFrame, near: DataFrame, *, duplicate_inter
     return (df.join(hop, F.col("dup_of") == F.col("_exact_of"), "left")
             .withColumn("dup_of", F.coalesce(F.col("_exact_near_of"), F.col("dup_of")))
             .drop("_exact_of", "_exact_near_of"))
+
+
+def demotions(updated: DataFrame, near: DataFrame) -> DataFrame:
+    """``url_fp``, ``_to``: the index pages of ``near`` not fetched this round that a candidate beat by a
+    consistent canonical (:func:`jobs.originals.repoint` makes them its copies in the crawl DB)."""
+    return near.join(updated.select("url_fp"), "url_fp", "left_anti").select("url_fp", F.col(NEAR_OF).alias("_to"))
 
 
 def index_rows(cands: DataFrame, near: DataFrame, *, round_no: int, near_bits: int) -> DataFrame:

@@ -39,10 +39,12 @@ cdxj-indexer keys CDXJ lines with, so both indexes sort alike.
 
 ``duplicate_of`` (our addition): the URL of the original when update marked
 the capture an exact duplicate (``fetch_log.dup_of``, a url_fp, written from
-the same decision as ``crawldb.dup_of``: the original of a digest is the URL
-seen first, ``jobs/update_transforms.mark_duplicates``), or a near-duplicate
-(``dedup.near_duplicates``: the earliest fetched copy, ``jobs/dedup_transforms.py``);
-null otherwise. It is
+the same decision as ``crawldb.dup_of``: which copy is the original is
+``jobs/originals.py``'s, a consistent same-site canonical, else the earliest
+fetched), for an exact or (``dedup.near_duplicates``) a near-duplicate; null
+otherwise. A copy promoted later (its original went) changes ``crawldb`` only:
+its captures keep the verdict of their round, and the original's capture is
+still in the corpus. It is
 read per capture from ``fetch_log`` rather than from ``crawldb.dup_of``, which
 holds only a URL's latest copy: an older capture keeps the verdict it had.
 
@@ -55,7 +57,6 @@ executor sees under the same path).
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
@@ -64,6 +65,7 @@ from urllib.parse import urlsplit
 
 from crawl_udfs.config import Config, ConfigError
 from crawl_udfs.dns import parse_ip
+from crawl_udfs.sites import psl as _psl  # the one PSL extractor (also the site of a rel=canonical)
 
 SUBSETS = ("warc", "crawldiagnostics", "robotstxt")
 TMP_DIR = ".export-tmp"
@@ -103,14 +105,6 @@ def cc_index_schema():
 
 
 # -- plain Python: URL parts ------------------------------------------------------------------------
-@functools.lru_cache(maxsize=2)
-def _psl(include_private: bool):
-    """A tldextract extractor on the bundled PSL snapshot only: no cache dir, no download."""
-    import tldextract
-    return tldextract.TLDExtract(cache_dir=None, suffix_list_urls=(), fallback_to_snapshot=True,
-                                 include_psl_private_domains=include_private)
-
-
 def surt_key(url: str) -> str:
     """SURT form of ``url`` as cdxj-indexer computes it (``surt.surt``); the URL itself if it cannot parse."""
     import surt

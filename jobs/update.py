@@ -16,7 +16,8 @@ Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms
 1. ONE MERGE into ``crawldb`` on ``url_fp``; source = updated rows ∪ new URLs ∪
    budget rows, one row per url_fp (updated > new > budget), flag ``_kind``:
    whenMatched(``_kind`` in update/budget AND ``t.updated_round < N``) → update
-   all; whenNotMatched(``_kind`` in update/new) → insert.
+   all; whenMatched(``_kind`` = repoint AND the same guard) → status, dup_of,
+   updated_round; whenNotMatched(``_kind`` in update/new) → insert.
 2. MERGE into ``hosts`` on ``host``, guarded by ``t.updated_round < N``.
 3. Appends to ``fetch_log`` and ``links`` (and ``near_dup_index`` with ``dedup.near_duplicates``) with
    ``txnAppId = deltacrawl-update-<table>``, ``txnVersion = N``: a rerun of round N appends nothing.
@@ -87,14 +88,27 @@ stay "unchanged"; the stored digest and SimHash are always the new copy's.
 
 Exact duplicates: among this batch's ok/304 rows and the crawl DB's
 fetched/not_modified rows not re-decided by the batch, the original of a digest
-is the earliest ``first_seen`` (ties: smallest url_fp); every other ok/304 row
-of the batch with that digest is ``duplicate``.
+is ``jobs/originals.py``'s: a consistent same-site ``rel=canonical`` wins, else
+the earliest fetched (``first_fetched``), ties by the smallest url_fp; every
+other ok/304 row of the batch with that digest is ``duplicate``, and a crawl-DB
+original that lost becomes one too (below).
+
+Originals that go (``jobs/originals.py``): a crawl-DB original that a
+canonical target beat, or a row of the round that was an original and is now
+gone or a duplicate, leaves copies (``dup_of`` = it). They are re-pointed in
+the same MERGE, as ``_kind = repoint`` rows that set only ``status``,
+``dup_of`` and ``updated_round`` (guarded like the others by ``t.updated_round
+< N``): to the new original when the page still holds the content they copied,
+else the earliest copy is promoted (``fetched``, or ``not_modified`` after a
+304; ``dup_of`` null) and the others name it. ``first_fetched`` (the first
+stored copy's fetch time) and ``canonical_fp`` (xxhash64 of the page's
+normalised ``rel=canonical``) are set by row 1 and kept otherwise.
 
 Near-duplicates (``dedup.near_duplicates``, on by default): the round's other
 first copies are looked up in ``near_dup_index`` and among themselves, across
 hosts (SimHash block keys, within ``simhash.near_duplicate_bits``, then the
-MinHash and length checks of ``[dedup]``); a copy of an earlier fetched page
-(ties: smallest url_fp) becomes ``duplicate`` as in row 2, with ``dup_of`` in
+MinHash and length checks of ``[dedup]``); a copy (the original: as for exact
+duplicates) becomes ``duplicate`` as in row 2, with ``dup_of`` in
 ``crawldb`` and ``fetch_log``, and is not indexed; the others are appended to
 the index. Rules: ``jobs/dedup_transforms.py``. Trap detection comes after
 this step and reads its result ("Traps" below): one lookup, two uses.
@@ -181,9 +195,15 @@ What update scans, and how it grows:
   MERGE repeats that join to find the files it touches. Deletion vectors (on
   for the crawl DB) keep it from rewriting those files: it writes small DVs
   plus the changed rows, so the WRITE grows with the touched URLs.
-- the digest lookup (``status``, ``digest``, ``first_seen`` of stored rows,
-  semi-joined with the batch's broadcast digests): O(crawl DB) in those three
-  columns.
+- the digest lookup (``status``, ``digest``, and for the original's rule
+  ``host``, ``canonical_fp``, ``first_fetched``, ``warc_fetch_time``,
+  ``first_seen`` of stored rows, semi-joined with the batch's broadcast
+  digests): O(crawl DB) in those columns.
+- re-pointing (``jobs/originals.repoint``) reads ``url_fp``, ``dup_of`` and
+  seven small columns of all rows, semi-joined on ``url_fp`` or ``dup_of`` with
+  the broadcast url_fps of the originals that went: O(crawl DB) in those
+  columns (a separate ``original`` → copies table clustered by original would
+  make it grow with the copies touched).
 - budget marking reads ``status``/``host`` of all rows, but only in a round
   where some host reached its budget. ``frontier_size`` costs no scan of its
   own: the eligible rows of the pinned snapshot are counted on the full scan
@@ -214,6 +234,7 @@ from crawl_udfs.config import Config
 from jobs import common, faults, ledger
 from jobs import dedup_transforms as D
 from jobs import hosts_transforms as HT
+from jobs import originals as O
 from jobs import pattern_transforms as P
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
@@ -261,7 +282,10 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), scan))
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
-    updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s))
+    members = keep(T.exact_members(updated, crawldb))
+    updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s,
+                                     members=members))
+    demoted = T.exact_demotions(members)
     index_rows = near = None
     if conf.dedup.near_duplicates:
         k, d = conf.simhash.near_duplicate_bits, conf.dedup
@@ -273,6 +297,11 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
             length_ratio=d.length_ratio, max_bucket_rows=d.max_bucket_rows)))
         updated = keep(D.mark_near_duplicates(updated, near, duplicate_interval_s=conf.schedule.duplicate_interval_s))
         index_rows = D.index_rows(cands, near, round_no=round_no, near_bits=k)
+        demoted = demoted.unionByName(D.demotions(updated, near))
+    gone = O.leaving(updated, demoted, was=T.WAS, changed=T.CHANGED)
+    decided = keep(O.repoint(updated, crawldb, gone))
+    updated = keep(O.repointed(updated, decided))
+    repointed = O.repointed_rows(decided, round_no=round_no, was=T.WAS)
     new = T.discover(prepared, crawldb, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
     signals = HT.trap_signals(updated, near, crawldb)  # the same lookup: copies of a host's own pages
@@ -287,7 +316,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
         hosts_new = P.with_patterns(hosts_new, learnt)
     hosts_new = keep(observe("hosts", common.conform(hosts_new, TABLES["hosts"])))
     budget = HT.budget_rows(crawldb, reached, round_no=round_no)
-    source = T.merge_source(updated, new, budget, exhausted)  # computed once, by its staging write
+    source = T.merge_source(updated, new, budget, exhausted, repointed)  # computed once, by its staging write
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
                 links=T.link_rows(prepared, round_no=round_no), near_dup_index=index_rows)
@@ -401,6 +430,8 @@ def _merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
     with _tagged(spark, tag):
         (common.table(spark, conf, "crawldb").alias("t").merge(source.alias("s"), "t.url_fp = s.url_fp")
          .whenMatchedUpdate(condition=f"s._kind IN ('update', 'budget') AND t.updated_round < {n}", set=cols)
+         .whenMatchedUpdate(condition=f"s._kind = 'repoint' AND t.updated_round < {n}",
+                            set={c: f"s.`{c}`" for c in ("status", "dup_of", "updated_round")})
          .whenNotMatchedInsert(condition="s._kind IN ('update', 'new')", values=cols)
          .execute())
 

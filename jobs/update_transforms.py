@@ -9,7 +9,7 @@ Pipeline (each step a function, each tested on small DataFrames):
     with_followed(fetch_list, pages)            the fetch list + the URLs followed inside the round
     prepare(pages, fetch_list, crawldb)         page rows + the URL's crawl-DB row (``o_*``)
     transition(prepared, host_next, ...)        one new crawl-DB row per page row (changed: same_main_text)
-    mark_duplicates(updated, crawldb, ...)      exact duplicates by payload digest
+    mark_duplicates(updated, crawldb, ...)      exact duplicates by payload digest (the original: jobs/originals.py)
     (jobs/dedup_transforms.py: near-duplicates, with dedup.near_duplicates)
     discover(prepared, crawldb, duplicates=...) new URLs from (admitted) outlinks and redirect targets
     (jobs/hosts_transforms.py: trap signals, the hosts rows, trap judgement, budgets)
@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from crawl_udfs.admission import SAME_DOC_KINDS, link_depth, link_score
 from crawl_udfs.rows import Outcome
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
+from jobs.originals import MEMBER_COLUMNS, ORIG, ORIGINAL_STATUSES, first_copy_time, with_original
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
 
@@ -38,8 +39,6 @@ FIRST = "_first"
 WAS = "_was"
 #: Outcome categories (one per row of the transition table).
 KEEP = "keep"
-#: Statuses whose stored copy can be the original of a duplicate.
-ORIGINAL_STATUSES = (Status.FETCHED.value, Status.NOT_MODIFIED.value)
 #: ``crawldb.error_class`` of a URL marked budget_exhausted: this prefix + ``hosts.budget_reason``.
 BUDGET_ERROR_PREFIX = "budget:"
 
@@ -212,6 +211,8 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         "warc_fetch_time": on(ok, F.col("fetch_time"), "warc_fetch_time"),
         "redirect_to": F.when(redirect, F.col("redirect_to")).when(keep | ~has_response, o("redirect_to")),
         "url": F.col("url"),
+        "first_fetched": F.coalesce(o("first_fetched"), o("warc_fetch_time"), F.when(stored, F.col("fetch_time"))),
+        "canonical_fp": on(ok, F.when(F.col("canonical").isNotNull(), F.xxhash64(F.col("canonical"))), "canonical_fp"),
         CAT: cat,
         BASE: base,
         CHANGED: changed,
@@ -223,26 +224,41 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
     return df.select([c.alias(k) for k, c in cols.items()])
 
 
-def mark_duplicates(updated: DataFrame, crawldb: DataFrame, *, duplicate_interval_s: float) -> DataFrame:
-    """Mark ok/304 rows whose digest is another URL's stored copy as ``duplicate``.
-
-    Candidates for a digest: this batch's ok/304 rows, and crawl-DB rows with
-    status fetched/not_modified not re-decided by this batch. The original is the
-    earliest ``first_seen``, ties by the smallest ``url_fp``; every other candidate
-    among the batch's rows becomes ``duplicate`` with ``dup_of`` = the original.
-    """
-    batch = updated.where(F.col("_stored") & F.col("digest").isNotNull()).select("url_fp", "digest", "first_seen")
+def exact_members(updated: DataFrame, crawldb: DataFrame) -> DataFrame:
+    """``digest``, ``_batch`` and :data:`jobs.originals.MEMBER_COLUMNS` of every copy of the batch's digests:
+    the batch's ok/304 rows, and the crawl DB's fetched/not_modified rows not re-decided by the batch."""
+    cols = ("digest", *MEMBER_COLUMNS)
+    batch = (updated.where(F.col("_stored") & F.col("digest").isNotNull())
+             .withColumn("first_fetched", first_copy_time()).select(*cols, F.lit(True).alias("_batch")))
     touched = updated.where(F.col(CAT) != KEEP).select("url_fp")
     digests = batch.select("digest").distinct()
     stored = (crawldb.where(F.col("status").isin(*ORIGINAL_STATUSES) & F.col("digest").isNotNull())
-              .select("url_fp", "digest", "first_seen")
               .join(F.broadcast(digests), "digest", "left_semi")
-              .join(touched, "url_fp", "left_anti"))
-    originals = (batch.unionByName(stored).groupBy("digest")
-                 .agg(F.min(F.struct("first_seen", "url_fp")).getField("url_fp").alias("_orig")))
-    df = updated.join(originals, "digest", "left")
-    dup = F.col("_stored") & F.col("_orig").isNotNull() & (F.col("_orig") != F.col("url_fp"))
-    return as_duplicates(df, dup, F.col("_orig"), duplicate_interval_s=duplicate_interval_s).drop("_orig")
+              .join(touched, "url_fp", "left_anti")
+              .withColumn("first_fetched", first_copy_time()).select(*cols, F.lit(False).alias("_batch")))
+    return batch.unionByName(stored)
+
+
+def mark_duplicates(updated: DataFrame, crawldb: DataFrame, *, duplicate_interval_s: float,
+                    members: DataFrame | None = None) -> DataFrame:
+    """Mark ok/304 rows whose digest is another URL's stored copy as ``duplicate``.
+
+    Copies of a digest: :func:`exact_members` (``members``, when the caller has them). Their original is
+    `jobs.originals.with_original`'s (a consistent same-site canonical, else the earliest fetched, ties by
+    the smallest ``url_fp``); every other copy among the batch's rows becomes ``duplicate`` with ``dup_of`` =
+    the original. A crawl-DB copy that lost is :func:`exact_demotions`'.
+    """
+    members = exact_members(updated, crawldb) if members is None else members
+    df = updated.join(with_original(members, "digest").select("digest", ORIG).distinct(), "digest", "left")
+    dup = F.col("_stored") & F.col(ORIG).isNotNull() & (F.col(ORIG) != F.col("url_fp"))
+    return as_duplicates(df, dup, F.col(ORIG), duplicate_interval_s=duplicate_interval_s).drop(ORIG)
+
+
+def exact_demotions(members: DataFrame) -> DataFrame:
+    """``url_fp``, ``_to``: crawl-DB originals (not of the batch) whose digest's original is now another page
+    (a canonical target of the batch, or a copy fetched earlier): duplicates of it from this round."""
+    return (with_original(members, "digest").where(~F.col("_batch") & (F.col(ORIG) != F.col("url_fp")))
+            .select("url_fp", F.col(ORIG).alias("_to")))
 
 
 def as_duplicates(df: DataFrame, dup: Column, original: Column, *, duplicate_interval_s: float) -> DataFrame:
@@ -350,9 +366,12 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, duplicates: Data
 
 
 # -- 6. the merge source ---------------------------------------------------------------------
-def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhausted: DataFrame) -> DataFrame:
-    """One row per url_fp (update > new > budget), CRAWLDB columns + ``_kind`` + ``_was`` (the status
+def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhausted: DataFrame,
+                 repointed: DataFrame | None = None) -> DataFrame:
+    """One row per url_fp (update > repoint > new > budget), CRAWLDB columns + ``_kind`` + ``_was`` (the status
     the row had in the crawl DB read, null for a URL absent from it: what the MERGE changes).
+    ``repointed``: :func:`jobs.originals.repoint`'s crawl-DB rows (status, dup_of, updated_round: all the
+    MERGE sets of a ``repoint`` row).
 
     Rows still ``unfetched`` on an exhausted host (``exhausted``: ``host``,
     ``budget_reason``) become ``budget_exhausted``, error_class "budget:<reason>".
@@ -365,7 +384,9 @@ def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhauste
         was = F.col(WAS) if WAS in df.columns else F.lit(None).cast("string")
         return df.select(*cols, F.lit(kind).alias("_kind"), was.alias(WAS), F.lit(rank).alias("_rank"))
 
-    allrows = shape(updated, "update", 0).unionByName(shape(new, "new", 1)).unionByName(shape(budget, "budget", 2))
+    allrows = shape(updated, "update", 0).unionByName(shape(new, "new", 2)).unionByName(shape(budget, "budget", 3))
+    if repointed is not None:
+        allrows = allrows.unionByName(shape(repointed, "repoint", 1))
     w = Window.partitionBy("url_fp").orderBy("_rank")
     one = allrows.withColumn("_n", F.row_number().over(w)).where(F.col("_n") == 1).drop("_n", "_rank")
     ex = exhausted.select("host", F.col("budget_reason").alias("_ex"))

@@ -59,7 +59,10 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("updated_urls", "update", "crawldb rows of the round's fetched URLs rewritten (rows that existed before)"),
     Counter("duplicates", "update", "fetched URLs of the round (rewritten or followed in-round) marked exact "
                                     "duplicates of another URL's copy (or near-duplicates: dedup.near_duplicates)"),
-    Counter("near_duplicates", "update", "of them, near-duplicates (SimHash, MinHash and length) of an earlier page"),
+    Counter("near_duplicates", "update", "of them, near-duplicates (SimHash, MinHash and length) of an earlier page "
+                                         "(plus indexed pages a canonical target of the round beat)"),
+    Counter("repointed", "update", "crawl-DB rows not of the round whose status or dup_of changed: originals "
+                                   "a canonical target beat, copies of an original that went (jobs/originals.py)"),
     Counter("near_dup_index", "update", "near_dup_index rows appended (block keys of the round's new originals)"),
     Counter("budget_exhausted", "update", "crawldb rows left budget_exhausted by this round's MERGE source"),
     Counter("hosts_updated", "update", "hosts rows written (hosts seen this round)"),

@@ -31,7 +31,7 @@ class Status(str, Enum):
     REDIRECT_PERM = "redirect_perm"    # last fetch was 301/308; target inserted, URL re-checked rarely
     GONE = "gone"                      # 404/410 (repeatedly); re-checked at a long interval
     ROBOTS_DENIED = "robots_denied"    # robots.txt disallows it for our agent; re-checked when robots is
-    DUPLICATE = "duplicate"            # content equals (digest) another URL's copy: dup_of names the original
+    DUPLICATE = "duplicate"            # a copy (same digest, or near) of dup_of, the original (jobs/originals.py)
     ERROR_RETRY = "error_retry"        # transient failure (timeout, 5xx, 429, robots unavailable); retried with back-off
     ERROR_FINAL = "error_final"        # failed max retries times, or a permanent error (4xx other than 404/410, bad redirect)
     BUDGET_EXHAUSTED = "budget_exhausted"  # the host's crawl budget ran out before this URL was fetched

@@ -54,6 +54,9 @@ CRAWLDB = StructType([
     _f("warc_fetch_time", TimestampType(), True, "fetch time of that copy"),
     _f("redirect_to", StringType(), True, "normalised redirect target of the last response"),
     _f("url", StringType(), False, "normalised URL"),
+    # which copy is the original (jobs/originals.py); last, so `init` appends them to old tables
+    _f("first_fetched", TimestampType(), True, "fetch time of the first stored copy (the earliest is the original)"),
+    _f("canonical_fp", LongType(), True, "url_fp of the last stored copy's rel=canonical (itself when self-canonical)"),
 ])
 
 #: One learnt URL pattern of a host (crawl_udfs/url_patterns.py), with the evidence it was learnt from.
@@ -264,6 +267,7 @@ NEAR_DUP_INDEX = StructType([
     _f("first_fetched", TimestampType(), False, "fetch time of the copy indexed (the original is the earliest)"),
     _f("round", LongType(), False, "round whose update added it"),
     _f("minhash", BinaryType(), False, "MinHash signature (dedup.minhash_permutations x 4 bytes, little-endian)"),
+    _f("canonical_fp", LongType(), True, "url_fp of its rel=canonical when indexed (jobs/originals.py)"),
 ])
 
 

@@ -43,7 +43,13 @@ B = "http://c.test/brief/32"             # round 2: another brief of the templat
 X = "http://x.test/story/3"              # round 2: a story fetched first ...
 Y = "http://y.test/story/3?ref=home"     # ... and its print copy on another host, 10 s later
 H = "http://h.test/odd"                  # round 2: A's text, but a SimHash 4 bits from A's sharing block 0
-HOSTS_OF_ROUND = sorted({host_of(u) for u in (M, P, B, X, Y, H)})
+NEWS = prose(random.Random("article/6"), 400)
+NEWS_PRINT = "Printer-friendly version\n" + NEWS + "\nPrinted from q.test"
+Q1 = "http://q.test/print/6"             # round 1: a print copy naming Q as canonical, indexed
+Q = "http://q.test/6"                    # round 2: Q, self-canonical: the original, Q1 its copy
+G = "http://g.test/gone"                 # round 1: an original (G2 its copy); round 2: 404
+G2 = "http://g2.test/copy"
+HOSTS_OF_ROUND = sorted({host_of(u) for u in (M, P, B, X, Y, H, Q, G)})
 
 
 def sig(text: str) -> dict:
@@ -99,13 +105,21 @@ def _seed(spark, conf):
                 last_fetch_time=FIRST, discovered_round=1, updated_round=1),
             old(T, status="fetched", digest="sha1:T", fetch_count=1, simhash=sig(BRIEF_OLD)["simhash"],
                 last_fetch_time=FIRST, discovered_round=1, updated_round=1),
-            *[old(u, first_seen=FIRST + sec(1), discovered_round=1, updated_round=1) for u in (M, P, B, X, Y, H)]]
+            old(Q1, status="fetched", digest="sha1:Q1", fetch_count=1, simhash=sig(NEWS_PRINT)["simhash"],
+                last_fetch_time=FIRST, first_fetched=FIRST, canonical_fp=fingerprint(Q), discovered_round=1,
+                updated_round=1),
+            old(G, status="fetched", digest="sha1:G", fetch_count=1, first_fetched=FIRST, updated_round=1),
+            old(G2, status="duplicate", dup_of=fingerprint(G), digest="sha1:G", fetch_count=1,
+                first_fetched=FIRST + sec(5), http_status=200, updated_round=1),
+            *[old(u, first_seen=FIRST + sec(1), discovered_round=1, updated_round=1) for u in (M, P, B, X, Y, H, Q)]]
     pages = [_ok(M, ARTICLE, "sha1:M"), _ok(P, PRINT, "sha1:P"), _ok(B, BRIEF_NEW, "sha1:B"),
              _ok(X, STORY, "sha1:X"), _ok(Y, STORY_PRINT, "sha1:Y", fetch_time=T0 + sec(10)),
-             _ok(H, ARTICLE, "sha1:H", simhash=far_from(sig(ARTICLE)["simhash"]))]
+             _ok(H, ARTICLE, "sha1:H", simhash=far_from(sig(ARTICLE)["simhash"])),
+             _ok(Q, NEWS, "sha1:Q", canonical=Q), page(G, "http_error", 2, status_code=404, wire_bytes=10)]
     hosts = [dict(round=2, partition=0, kind="host", host=h, requests=1, ip="127.10.0.9", next_allowed_at=T0,
                   consecutive_failures=0, parked=False) for h in HOSTS_OF_ROUND]
-    index = _index_rows(A, ARTICLE, FIRST) + _index_rows(T, BRIEF_OLD, FIRST)
+    index = (_index_rows(A, ARTICLE, FIRST) + _index_rows(T, BRIEF_OLD, FIRST)
+             + [dict(r, canonical_fp=fingerprint(Q)) for r in _index_rows(Q1, NEWS_PRINT, FIRST)])
 
     def append(rows, schema, name):
         common.conform(frame(spark, rows, schema), common.TABLES[name]).write.format("delta").mode("append") \
@@ -145,17 +159,34 @@ def test_mirror_and_print_version_become_duplicates_of_the_earliest_copy(spark, 
     for url, orig in want.items():
         assert (db[url].status, db[url].dup_of) == ("duplicate", orig), url
         assert db[url].fetch_interval_s == conf.schedule.duplicate_interval_s
-    for url in (B, X, H):  # the template brief, the story's first copy, the page more than k bits away
+    for url in (B, X, H, Q):  # the template brief, the story's first copy, the page more than k bits away
         assert (db[url].status, db[url].dup_of) == ("fetched", None), url
     log = {r.url: r.dup_of for r in common.read(spark, conf, "fetch_log").collect()}
-    assert log == {M: fingerprint(A), P: fingerprint(A), Y: fingerprint(X), B: None, X: None, H: None}
+    assert log == {M: fingerprint(A), P: fingerprint(A), Y: fingerprint(X), B: None, X: None, H: None, Q: None,
+                   G: None}
     index = common.read(spark, conf, "near_dup_index")
     added = {(r.url_fp, r.round) for r in index.where("round = 2").collect()}
-    assert added == {(fingerprint(u), 2) for u in (B, X, H)}                     # copies are not originals
-    assert index.where("round = 2").count() == 3 * (K + 1)
-    assert (result["near_duplicates"], result["near_dup_index"], result["duplicates"]) == (3, 3 * (K + 1), 3)
+    assert added == {(fingerprint(u), 2) for u in (B, X, H, Q)}                  # copies are not originals
+    assert index.where("round = 2").count() == 4 * (K + 1)
+    assert (result["near_duplicates"], result["near_dup_index"], result["duplicates"]) == (4, 4 * (K + 1), 3)
     hosts = {r.host: r.duplicate_pages for r in common.read(spark, conf, "hosts").collect()}
     assert hosts["m.test"] == hosts["y.test"] == 1 and hosts["c.test"] == 0
+
+
+def test_the_canonical_target_wins_and_a_gone_originals_copy_is_promoted_in_the_change_feed(spark, near_on):
+    from pyspark.sql import functions as F
+
+    from jobs import common
+    conf, result = near_on
+    assert simhash.hamming(sig(NEWS)["simhash"], sig(NEWS_PRINT)["simhash"]) <= K
+    db = {r.url: r for r in common.read(spark, conf, "crawldb").collect()}
+    assert (db[Q1].status, db[Q1].dup_of) == ("duplicate", fingerprint(Q))   # fetched a round earlier, yet the copy
+    assert (db[G].status, db[G2].status, db[G2].dup_of) == ("gone", "fetched", None)
+    assert db[Q1].updated_round == db[G2].updated_round == 2 and result["repointed"] == 2
+    feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+            .load(common.table_path(conf, "crawldb")).where(F.col("_change_type") == "update_postimage"))
+    seen = {r.url_fp: r.status for r in feed.where(F.col("url_fp").isin(fingerprint(Q1), fingerprint(G2))).collect()}
+    assert seen == {fingerprint(Q1): "duplicate", fingerprint(G2): "fetched"}
 
 
 def test_a_rerun_of_the_round_changes_nothing(spark, near_on):

@@ -407,7 +407,7 @@ def test_plan_hosts_counters_and_budget(spark):
                   duplicate_pages=0, new_content_pages=0, updated_round=0)]
     p = update.plan(frame(spark, olds, CRAWLDB), frame(spark, hosts, HOSTS),
                     frame(spark, pages + host_rows, FETCH_OUTPUT), frame(spark, [], FETCH_LIST), CONF,
-                    round_no=1, now=NOW, keep=lambda d: d.persist())
+                    round_no=1, now=NOW, keep=lambda d: d.localCheckpoint())
     h = {r.host: r.asDict() for r in p.hosts.collect()}
     ha, hb = h["a.test"], h["b.test"]
     assert (ha["pages_fetched"], ha["bytes_fetched"], ha["requests"]) == (12, 1157, 25)
@@ -455,7 +455,7 @@ def test_byte_budget_marks_with_the_reason(spark):
                   new_content_pages=0, updated_round=0)
              for h, n, b in (("big.test", 1, 200), ("many.test", 9, 100), ("calm.test", 1, 100))]
     p = update.plan(frame(spark, olds, CRAWLDB), frame(spark, hosts, HOSTS), frame(spark, pages, FETCH_OUTPUT),
-                    frame(spark, [], FETCH_LIST), conf, round_no=1, now=NOW, keep=lambda d: d.persist())
+                    frame(spark, [], FETCH_LIST), conf, round_no=1, now=NOW, keep=lambda d: d.localCheckpoint())
     h = {r.host: r for r in p.hosts.collect()}
     assert (h["big.test"].bytes_fetched, h["big.test"].budget_reason) == (1100, "bytes")
     assert (h["many.test"].pages_fetched, h["many.test"].budget_reason) == (10, "pages")
@@ -479,7 +479,7 @@ def test_a_url_followed_in_round_is_inserted_as_if_generated_and_fetched(spark):
     conf = config.load(overrides=["scope.score_decay=0.5"])
     p = update.plan(frame(spark, [old(par, score=0.8)], CRAWLDB), no_hosts(spark), frame(spark, pages, FETCH_OUTPUT),
                     frame(spark, [listed(par, score=0.8)], FETCH_LIST), conf, round_no=3, now=NOW,
-                    keep=lambda d: d.persist())
+                    keep=lambda d: d.localCheckpoint())
     observed = Counters(NOW)
     src = by_url(observed("crawldb_source", p.crawldb_source))
     # the MERGE inserts kid (followed: kind update, absent from the crawl DB), grand and other (new): all
