@@ -151,10 +151,10 @@ def build_round(spark, k: int, perm: int):
     members = c.where(is_member).withColumn("family", (F.col("c") % FAMILIES).cast("int"))
     distinct = c.where(~is_copy & ~is_member).withColumn("family", F.lit(-1))
     others = _page_columns(members.unionByName(distinct).withColumn("id", F.lit(10**12) + F.col("c")), perm)
-    cols = ["url_fp", "host", "simhash", "minhash", "words", "first_fetched"]
+    cols = ["url_fp", "host", "simhash", "canonical_fp", "minhash", "words", "first_fetched"]
     fetched = F.lit(T0 + dt.timedelta(days=30)).cast("timestamp") + F.make_interval(secs=F.col("c"))
     return (copies.withColumn("url_fp", _h(F.lit("cand"), F.col("c"))).unionByName(others)
-            .withColumn("first_fetched", fetched).select(*cols))
+            .withColumn("first_fetched", fetched).withColumn("canonical_fp", F.lit(None).cast("long")).select(*cols))
 
 
 def table_facts(spark, conf, cands, k: int) -> dict:

@@ -26,7 +26,7 @@ from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
 from jobs.update_transforms import (BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE, plus_seconds,
                                     touching, ts)
 from schemas.status import Status
-from schemas.tables import CRAWLDB, HOSTS
+from schemas.tables import HOSTS
 
 
 # -- trap signals ----------------------------------------------------------------------------

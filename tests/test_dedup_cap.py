@@ -50,9 +50,9 @@ def lookup(spark, max_bucket_rows: int) -> dict:
     later = T0 + dt.timedelta(days=1)
     # two copies of family pages, one bit away (block 0 differs: they meet the family in blocks 1-3 only)
     cands = spark.createDataFrame(
-        [(1, "m.test", TEMPLATE ^ 1, minhash("page1"), 500, later),                            # of page 1: kept
-         (2, "m.test", TEMPLATE ^ 1, minhash("page9"), 500, later + dt.timedelta(seconds=1))],  # of page 9: not
-        "url_fp long, host string, simhash long, minhash binary, words int, first_fetched timestamp")
+        [(1, "m.test", TEMPLATE ^ 1, None, minhash("page1"), 500, later),                            # of page 1: kept
+         (2, "m.test", TEMPLATE ^ 1, None, minhash("page9"), 500, later + dt.timedelta(seconds=1))],  # of page 9: not
+        "url_fp long, host string, simhash long, canonical_fp long, minhash binary, words int, first_fetched timestamp")
     near = D.near_duplicate_of(cands, frame(spark, family_rows(), NEAR_DUP_INDEX), round_no=2, near_bits=K,
                                jaccard_threshold=0.9, length_ratio=0.8, max_bucket_rows=max_bucket_rows)
     return {r.url_fp: r[D.NEAR_OF] for r in near.collect()}

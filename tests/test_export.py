@@ -322,8 +322,8 @@ def test_nothing_stored_exports_empty_output(spark, tmp_path):
 
 
 def test_index_and_crawl_db_agree_on_the_original(spark):
-    """Where the old two rules disagreed: ``b`` was fetched first, ``a`` seen first. Update decides (``a``,
-    the URL seen first); the index's duplicate_of names the same original as crawldb.dup_of."""
+    """Where the old two rules disagreed: ``b`` was fetched first, ``a`` seen first. Update decides (``b``,
+    the copy fetched first: jobs/originals.py); the index's duplicate_of names the same original as crawldb.dup_of."""
     from jobs import update_transforms as T
     from jobs import hosts_transforms as HT
     from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT
@@ -343,4 +343,4 @@ def test_index_and_crawl_db_agree_on_the_original(spark):
     in_crawldb = {u: url_of.get(r["dup_of"]) for u, r in by_url(updated).items()}
     log = T.fetch_log_rows(prepared, updated, round_no=1)
     in_index = {r.url: r.duplicate_of for r in export.index_rows(log, crawl_id="t").collect()}
-    assert in_crawldb == in_index == {a: None, b: a, c: None}
+    assert in_crawldb == in_index == {a: b, b: None, c: None}

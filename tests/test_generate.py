@@ -22,6 +22,10 @@ PAST = NOW - dt.timedelta(hours=1)
 FUTURE = NOW + dt.timedelta(hours=1)
 
 
+URL = [f.name for f in CRAWLDB.fields].index("url")  # a url_row tuple's URL
+FP = [f.name for f in CRAWLDB.fields].index("url_fp")
+
+
 def url_row(url: str, *, status: str = "unfetched", due: dt.datetime = PAST, score: float = 1.0, **kw) -> tuple:
     row = {f.name: None for f in CRAWLDB.fields}
     row.update(url=url, url_fp=fingerprint(url), host=host_of(url), status=status, next_fetch_time=due,
@@ -87,7 +91,7 @@ def test_per_host_cap_keeps_the_best(spark):
     # equal score and due time: the smaller url_fp first
     same = [url_row(f"http://c.test/{i}") for i in range(6)]
     got = urls_of(select(spark, same, max_per_host=3))
-    assert got == {r[-1] for r in sorted(same, key=lambda r: r[0])[:3]}
+    assert got == {r[URL] for r in sorted(same, key=lambda r: r[FP])[:3]}
 
 
 def test_budget_caps_and_exhausts_hosts(spark):

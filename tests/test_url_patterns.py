@@ -8,6 +8,7 @@ import pytest
 
 from crawl_udfs import url_patterns as U
 from crawl_udfs.url_normalize import fingerprint
+from tests.test_generate import URL
 
 PRINT = {"pattern": "/print/", "kind": U.PREFIX}
 SID = {"pattern": "?sid", "kind": U.PARAM}
@@ -81,7 +82,7 @@ def _learn(spark, rows, updated_rows, **kw):
     return {r.host: {p.pattern: (p.pages, round(p.dup_share, 3)) for p in r.dup_patterns} for r in learnt}
 
 
-def _page(url, status="fetched", dup_of=None):
+def _page(url, status="fetched", dup_of=None):  # a tests.test_generate.url_row tuple (r[URL]: its URL)
     from tests.test_generate import url_row
     return url_row(url, status=status, dup_of=None if dup_of is None else fingerprint(dup_of))
 
@@ -105,17 +106,17 @@ def test_learn_print_versions_variants_and_sessions_not_originals_nor_pagination
         rows += [_page(f"{z}/print/{k}/a.html", "duplicate", f"{z}/{k}/a.html"), _page(f"{z}/{k}/a.html")]
     rows.append(_page(f"{m}/list"))
     # not fetched yet: its ?page=1 copy is no evidence either way (not counted), not evidence against
-    rows = [r if r[-1] != f"{m}/news/9/" else _page(f"{m}/news/9/", "unfetched") for r in rows]
+    rows = [r if r[URL] != f"{m}/news/9/" else _page(f"{m}/news/9/", "unfetched") for r in rows]
     # the round: one print version found a duplicate now (unfetched before), one host per round row
     last = f"{o}/print/article/9.html"
-    before = [r if r[-1] != last else _page(last, "unfetched") for r in rows]
-    updated = [r for r in rows if r[-1] in (last, f"{o}/brief/0.html", f"{m}/list", f"{s}/s/0.html")]
+    before = [r if r[URL] != last else _page(last, "unfetched") for r in rows]
+    updated = [r for r in rows if r[URL] in (last, f"{o}/brief/0.html", f"{m}/list", f"{s}/s/0.html")]
     got = _learn(spark, before, updated)
     assert got == {"o.test": {"/print/": (10, 1.0), "?ref=front": (10, 1.0)},
                    "m.test": {"?page=1": (9, 1.0)},
                    "s.test": {"?sess": (10, 1.0)}}  # z.test: not a host of the round
     # the evidence thresholds: the round's print page counted (10 pages) or not (9, under min_pages)
-    assert "/print/" not in _learn(spark, before, [r for r in updated if r[-1] != last], min_pages=10)["o.test"]
+    assert "/print/" not in _learn(spark, before, [r for r in updated if r[URL] != last], min_pages=10)["o.test"]
 
 
 # -- generate ---------------------------------------------------------------------------------------
