@@ -120,17 +120,22 @@ def capped(rows: DataFrame, max_rows: int, order: tuple[str, ...] = ("first_fetc
 
 
 def near_duplicate_of(cands: DataFrame, index: DataFrame, *, round_no: int, near_bits: int,
-                      jaccard_threshold: float, length_ratio: float, max_bucket_rows: int = 0) -> DataFrame:
+                      jaccard_threshold: float, length_ratio: float, max_bucket_rows: int = 0,
+                      left: DataFrame | None = None) -> DataFrame:
     """``url_fp``, ``_near_of``: each candidate that is a near-duplicate of another page (index rows of rounds
     before ``round_no``, or another candidate of the round) with its original, and each index page a candidate
     beat by a consistent canonical, with that candidate (see the module). A candidate is paired with at most
-    ``max_bucket_rows`` rows of each of its block keys (:func:`capped`)."""
+    ``max_bucket_rows`` rows of each of its block keys (:func:`capped`). ``left``: url_fps of pages that
+    have left since they were indexed (gone, or a duplicate now: :data:`jobs.originals.LEAVING_STATUSES`);
+    their index rows are no original any more and are skipped (their copies were re-pointed when they left)."""
     k = int(near_bits)
     cols = ("url_fp", "host", "canonical_fp", "simhash", "minhash", "words", "first_fetched")
     mine = cands.select(*cols, F.explode(block_keys(F.col("simhash"), k)).alias("block_key"))
     keys = mine.select("block_key").distinct()
     indexed = (index.where(F.col("round") < F.lit(int(round_no)))
                .join(F.broadcast(keys), "block_key", "left_semi").select("block_key", *cols))
+    if left is not None:  # the rows of the buckets hit against the crawl DB's few pages that left
+        indexed = indexed.join(left.select("url_fp"), "url_fp", "left_anti")
     other = capped(indexed.withColumn("indexed", F.lit(True)).unionByName(mine.withColumn("indexed", F.lit(False))),
                    max_bucket_rows)
     other = other.select("block_key", *[F.col(c).alias(f"o_{c}") for c in (*cols, "indexed")])

@@ -44,9 +44,10 @@ schedule, WARC record and fetch-log rows. Cost: one read of the crawl DB's
 ``url_fp``/``dup_of`` semi-joined with the broadcast url_fps of the originals
 that went (small), nothing when none went.
 
-Not here: a promoted copy is not added to ``near_dup_index`` (its MinHash is
-not kept in the crawl DB), and index rows of an original that went stay, so a
-later near copy of it can still name it (issue 14: mark or drop them).
+Index rows of an original that went stay in ``near_dup_index`` but are skipped by
+the lookup (:func:`left_pages`), so a later near copy never names it. Not here:
+a promoted copy is not added to ``near_dup_index`` (its MinHash is not kept in
+the crawl DB).
 """
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ from schemas.status import Status
 ORIGINAL_STATUSES = (Status.FETCHED.value, Status.NOT_MODIFIED.value)
 #: Statuses of an original that went (its copies are re-pointed).
 LEAVING_STATUSES = (Status.GONE.value, Status.DUPLICATE.value)
+
+
+def left_pages(crawldb: DataFrame) -> DataFrame:
+    """``url_fp`` of the crawl DB's pages that left (:data:`LEAVING_STATUSES`): an index row of one is no
+    original any more (``jobs.dedup_transforms.near_duplicate_of`` skips it)."""
+    return crawldb.where(F.col("status").isin(*LEAVING_STATUSES)).select("url_fp")
+
+
 #: Columns :func:`with_original` reads from each member (beside the cluster's column).
 MEMBER_COLUMNS = ("url_fp", "host", "canonical_fp", "first_fetched")
 #: Columns :func:`with_original` adds: the original's url_fp, and whether a canonical made it so.

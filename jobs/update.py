@@ -294,7 +294,8 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
         cands = keep(D.candidates(updated, prepared))
         near = keep(observe("near_duplicates", D.near_duplicate_of(
             cands, near_dup_index, round_no=round_no, near_bits=k, jaccard_threshold=d.jaccard_threshold,
-            length_ratio=d.length_ratio, max_bucket_rows=d.max_bucket_rows)))
+            length_ratio=d.length_ratio, max_bucket_rows=d.max_bucket_rows,
+            left=O.left_pages(crawldb))))
         updated = keep(D.mark_near_duplicates(updated, near, duplicate_interval_s=conf.schedule.duplicate_interval_s))
         index_rows = D.index_rows(cands, near, round_no=round_no, near_bits=k)
         demoted = demoted.unionByName(D.demotions(updated, near))

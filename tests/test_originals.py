@@ -128,3 +128,11 @@ def test_a_consistent_same_site_canonical_wins_a_near_cluster(spark):
     assert near == {fp("http://a.test/print/1"): fp("http://a.test/1"),      # the indexed copy is demoted
                     fp("http://b.test/2"): fp("http://b.test/print/2"),      # its own canonical points elsewhere
                     fp("http://d.test/3"): fp("http://c.test/print/3")}      # named from another site
+    # an indexed original that left since (gone, or a duplicate now) is skipped: b.test/2 is no copy of it
+    left = spark.createDataFrame([(fp("http://b.test/print/2"),)], "url_fp long")
+    got = D.near_duplicate_of(spark.createDataFrame([tuple(c.values()) for c in cands], schema),
+                              frame(spark, index, NEAR_DUP_INDEX), round_no=2, near_bits=k,
+                              jaccard_threshold=CONF.dedup.jaccard_threshold, length_ratio=CONF.dedup.length_ratio,
+                              left=left)
+    assert {r.url_fp: r[D.NEAR_OF] for r in got.collect()} == {
+        fp("http://a.test/print/1"): fp("http://a.test/1"), fp("http://d.test/3"): fp("http://c.test/print/3")}
