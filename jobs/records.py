@@ -4,9 +4,14 @@ Guarantees:
 
 - **Put-if-absent on every storage Delta supports.** :meth:`Records.put` writes
   with Delta's own LogStore and ``overwrite=False``, the primitive Delta's commits
-  rely on (atomic create on a local disk and HDFS, the DynamoDB LogStore or a
+  rely on (atomic create on HDFS, the DynamoDB LogStore or a
   commit coordinator on S3, conditional writes on Azure and GCS): of two writers
   of one name, one succeeds and the other gets ``False``. A file is whole or absent.
+  Except on a **local disk**: there Hadoop's rename is exists-then-rename (two racing writers can
+  both "win") and the checksum file moves after the data (a reader can meet one writer's text under
+  the other's checksum: ``ChecksumException``). A local record is written whole to a hidden
+  temporary name and published with a hard link (``link(2)``: atomic, fails when the name exists;
+  ``rename(2)`` to overwrite), with no checksum file.
 - **No Spark jobs.** Files are listed, read and written by the driver through the
   Hadoop file system and the LogStore (milliseconds on a local disk), so a write
   never queues behind tasks that hold every task slot.
@@ -16,7 +21,9 @@ Guarantees:
 
 from __future__ import annotations
 
+import os
 import threading
+import uuid
 
 from crawl_udfs.config import Config
 from jobs.common import root
@@ -50,6 +57,9 @@ class Records:
             spark._jsparkSession)
         self._made = False  # the directory is made by the first write, so readers never write
         self.where = f"{root(conf)}/{name}"
+        # a local disk's directory, written through the OS (see the module's docstring), else None
+        self._local = (self._fs.makeQualified(self._dir).toUri().getPath()
+                       if self._fs.getUri().getScheme() == "file" else None)
 
     def _path(self, name: str):
         return self._new_path(self._dir, name)
@@ -86,6 +96,8 @@ class Records:
     def put(self, name: str, text: str, *, overwrite: bool = False) -> bool:
         """Write ``text`` (one line) as file ``name`` unless it exists (``overwrite``: always); True when written."""
         assert "\n" not in text
+        if self._local is not None:
+            return self._put_local(name, text, overwrite)
         it = self._one(text)
         if not self._made:
             self._made = bool(self._fs.mkdirs(self._dir))
@@ -100,8 +112,35 @@ class Records:
             return self.put(name, text, overwrite=overwrite)
         return True
 
+    def _put_local(self, name: str, text: str, overwrite: bool) -> bool:
+        """:meth:`put` on a local disk: the whole file under a hidden name (which no numbered listing
+        matches), then one atomic link (or rename to overwrite); a stale checksum file is removed first."""
+        os.makedirs(self._local, exist_ok=True)
+        path = os.path.join(self._local, name)
+        temp = os.path.join(self._local, f".{name}.{uuid.uuid4().hex}.tmp")
+        with open(temp, "x", encoding="utf-8") as f:
+            f.write(text + "\n")
+        try:
+            if overwrite:
+                _remove(os.path.join(self._local, f".{name}.crc"))
+                os.replace(temp, path)
+            else:
+                os.link(temp, path)
+        except FileExistsError:
+            return False
+        finally:
+            _remove(temp)
+        return True
+
     def delete(self, name: str) -> None:
         self._fs.delete(self._path(name), False)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 _lock = threading.Lock()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from crawl_udfs import config
-from jobs import common, ledger, ledger_chain, ledger_mirror
+from jobs import common, ledger, ledger_chain, ledger_mirror, records
 from jobs.ledger import StaleRound
 from schemas.tables import TABLES
 
@@ -75,6 +75,47 @@ def test_two_writers_from_the_same_old_row_exactly_one_wins(spark, conf):
     assert len(won) == 1 and len(lost) == 1, (won, lost)
     assert "expected fetching before moving it to fetched, but it is fetched" in lost[0]
     assert ledger.get_round(spark, conf, 1)["counts"] == won[0]["counts"]
+
+
+def test_two_writers_of_one_record_name_at_once_one_wins_and_readers_see_it_whole(spark, conf):
+    """Put-if-absent under a real race (jobs/records.py): two threads write each name at the same moment
+    while a third reads it. On a local disk Hadoop's rename is exists-then-rename and the checksum file
+    moves separately, so both writers could win, or a reader meet one writer's text under the other's
+    checksum (ChecksumException). Every name must have one winner, and every read be None or that text."""
+    files = records.at(spark, conf, "race")
+    names = [records.numbered(n) for n in range(40)]
+    won, seen, errors = {n: [] for n in names}, {n: [] for n in names}, []
+    gates = {n: threading.Barrier(3) for n in names}
+
+    def writer(k):
+        for n in names:
+            gates[n].wait()
+            try:
+                if files.put(n, f'{{"writer": {k}, "pad": "{"x" * 600}"}}'):
+                    won[n].append(k)
+            except Exception as e:  # noqa: BLE001 - the failure this test looks for
+                errors.append(repr(e)[:300])
+
+    def reader():
+        for n in names:
+            gates[n].wait()
+            for _ in range(3):
+                try:
+                    seen[n].append(files.read(n))
+                except Exception as e:  # noqa: BLE001 - a partial or mismatched record
+                    errors.append(repr(e)[:300])
+    threads = [threading.Thread(target=writer, args=(k,)) for k in (1, 2)] + [threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [], errors[:3]
+    assert all(len(w) == 1 for w in won.values()), {n: w for n, w in won.items() if len(w) != 1}
+    for n in names:
+        text = files.read(n)
+        assert f'"writer": {won[n][0]},' in text
+        assert set(seen[n]) <= {None, text}, n
+    assert not [n for n in files.names() if n not in names], files.names()  # no temporary file left
 
 
 def test_records_survive_and_a_new_process_resumes_from_them(spark, conf, monkeypatch):
