@@ -8,6 +8,7 @@ Spark job at all.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from pathlib import Path
 
@@ -116,6 +117,8 @@ def test_two_writers_of_one_record_name_at_once_one_wins_and_readers_see_it_whol
         assert f'"writer": {won[n][0]},' in text
         assert set(seen[n]) <= {None, text}, n
     assert not [n for n in files.names() if n not in names], files.names()  # no temporary file left
+    # and no checksum file beside a record (Hadoop's local .crc, moved apart from its data by a rename)
+    assert not [n for n in os.listdir(files.where) if n.endswith(".crc")], sorted(os.listdir(files.where))[:4]
 
 
 def test_records_survive_and_a_new_process_resumes_from_them(spark, conf, monkeypatch):
