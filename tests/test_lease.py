@@ -234,33 +234,53 @@ def _rounds(spark, overlay: Path) -> dict:
     return {r["round"]: r["state"] for r in spark.read.format("delta").load(common.table_path(c, "rounds")).collect()}
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # two JVMs and a whole round: minutes on a loaded 2-core machine
-def test_two_rounds_started_together_one_runs_the_other_refuses(spark, web, tmp_path):
+@pytest.fixture(scope="module")
+def takeover(spark, web, tmp_path_factory) -> dict:
+    """A round SIGKILLed inside its fetch, then two rounds started together at once: both find the dead
+    holder's lease, both try to take it over (put-if-absent of the next record), one runs, one refuses.
+    One chain for the two tests below (three JVMs, one whole round), not a kill and a takeover plus two
+    rounds on a fresh crawl (five JVMs, two whole rounds)."""
+    from jobs import faults
     from tests.test_crash import run_cli
-    overlay = _crawl(spark, tmp_path, web)
+    d = tmp_path_factory.mktemp("takeover")
+    overlay = _crawl(spark, d, web)
     log_from = len(web.log())
+    killed = run_cli(["--conf", str(overlay), "round"], env_extra={faults.ENV: "fetch.task_kills_driver:0.8"},
+                     log=d / "killed.log")
+    after_kill = {"rc": killed, "rounds": _rounds(spark, overlay), "requests": len(web.log()) - log_from}
     results: dict[int, int] = {}
 
     def go(i: int) -> None:
-        results[i] = run_cli(["--conf", str(overlay), "round"], env_extra={}, log=tmp_path / f"run-{i}.log")
+        results[i] = run_cli(["--conf", str(overlay), "round"], env_extra={}, log=d / f"run-{i}.log")
+    t0 = time.monotonic()
     threads = [threading.Thread(target=go, args=(i,)) for i in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    outs = {i: (tmp_path / f"run-{i}.log").read_text(errors="replace") for i in (0, 1)}
+    return {"overlay": overlay, "after_kill": after_kill, "results": results, "seconds": time.monotonic() - t0,
+            "outs": {i: (d / f"run-{i}.log").read_text(errors="replace") for i in (0, 1)},
+            "rounds": _rounds(spark, overlay), "lines": web.log()[log_from:]}
+
+
+def _politeness(t: dict):
+    from tests.testweb.analysis import analyze
+    return analyze(t["lines"], host_delay_s=DELAY,
+                   max_in_flight_per_addr=config.load([t["overlay"]]).politeness.max_in_flight_per_ip)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # three JVMs and a whole round: minutes on a loaded 2-core machine
+def test_two_rounds_started_together_one_runs_the_other_refuses(takeover):
+    results, outs = takeover["results"], takeover["outs"]
     assert sorted(results.values()) == [0, 3], (results, outs)
     loser = next(i for i, rc in results.items() if rc == 3)
     refusal = [ln for ln in outs[loser].splitlines() if ln.startswith("deltacrawl:")]
     assert len(refusal) == 1 and "round refused: another writer" in refusal[0], outs[loser][-2000:]
     assert "round (pid" in refusal[0] and "holds the crawl lease since" in refusal[0] and "until" in refusal[0]
     assert "round 1: updated" in outs[1 - loser]
-    assert _rounds(spark, overlay) == {1: "updated"}
-    from tests.testweb.analysis import analyze
-    lines = web.log()[log_from:]
-    v = analyze(lines, host_delay_s=DELAY,
-                max_in_flight_per_addr=config.load([overlay]).politeness.max_in_flight_per_ip)
+    assert takeover["rounds"] == {1: "updated"}
+    v = _politeness(takeover)
     assert v.clean, v.summary()
     assert v.requests > 0 and max(v.max_in_flight_by_host.values()) == 1, v.summary()
     assert v.too_close == [] and v.overlapping == [], v.summary()
@@ -268,24 +288,16 @@ def test_two_rounds_started_together_one_runs_the_other_refuses(spark, web, tmp_
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_a_killed_holder_is_taken_over_cleanly(spark, web, tmp_path):
+def test_a_killed_holder_is_taken_over_cleanly(takeover):
     """SIGKILL inside the fetch, then a rerun at once: the dead pid's lease is taken without waiting
     for its expiry (ttl 120 s), the round is finished, and the server saw no request too close."""
-    from jobs import faults
-    from tests.test_crash import run_cli
-    overlay = _crawl(spark, tmp_path, web)
-    log_from = len(web.log())
-    rc = run_cli(["--conf", str(overlay), "round"], env_extra={faults.ENV: "fetch.task_kills_driver:0.8"},
-                 log=tmp_path / "killed.log")
-    assert rc == -9 and _rounds(spark, overlay) == {1: "fetching"}
-    assert len(web.log()) > log_from, "the kill did not land inside the fetch"
-    t0 = time.monotonic()
-    rc = run_cli(["--conf", str(overlay), "round"], env_extra={}, log=tmp_path / "takeover.log")
-    out = (tmp_path / "takeover.log").read_text(errors="replace")
-    assert rc == 0 and "refused" not in out and "resuming from state fetching" in out, out[-2000:]
-    assert time.monotonic() - t0 < 600
-    assert _rounds(spark, overlay) == {1: "updated"}
-    from tests.testweb.analysis import analyze
-    v = analyze(web.log()[log_from:], host_delay_s=DELAY,
-                max_in_flight_per_addr=config.load([overlay]).politeness.max_in_flight_per_ip)
+    k = takeover["after_kill"]
+    assert k["rc"] == -9 and k["rounds"] == {1: "fetching"}
+    assert k["requests"] > 0, "the kill did not land inside the fetch"
+    winner = next(i for i, rc in takeover["results"].items() if rc == 0)
+    out = takeover["outs"][winner]
+    assert "refused" not in out and "resuming from state fetching" in out, out[-2000:]
+    assert takeover["seconds"] < 600
+    assert takeover["rounds"] == {1: "updated"}
+    v = _politeness(takeover)
     assert v.clean, v.summary()
