@@ -783,7 +783,8 @@ def test_update_plans_statically_and_counts_without_jobs_of_its_own(spark, tmp_p
     jobs = spark.sparkContext._jsc.sc().dagScheduler()
     first = jobs.numTotalJobs()
     update.run(spark, conf)
-    assert jobs.numTotalJobs() - first <= JOBS_UPDATE_MAX
+    used = jobs.numTotalJobs() - first
+    assert used <= JOBS_UPDATE_MAX, f"{used} Spark jobs"
 
 
 def test_main_reports_a_missing_crawl_in_one_line(spark, tmp_path, capsys):
