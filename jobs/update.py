@@ -187,9 +187,12 @@ writes that already happened no-ops.
 
 What update scans, and how it grows:
 
-- the crawl-DB rows of the round's URLs, and the known-or-not test of the
-  discovered URLs: broadcast semi-joins on url_fp (the round's keys are
-  broadcast, crawldb is scanned once, never shuffled). url_fp is a hash, so
+- the crawl-DB rows of the round's URLs, the known-or-not test of the
+  discovered URLs, and the rows of the round's hosts (pattern learning, an
+  original's host for trap detection): ONE scan, broadcast joins on url_fp and
+  host (crawldb never shuffled), staged as the slice the later steps read
+  (``jobs/crawldb_slice.py``; each plan reading the Delta table costs its
+  snapshot and file-listing jobs, so the fewer plans read it the better). url_fp is a hash, so
   Delta's min/max data skipping prunes no file: every file's ``url_fp`` column
   is read, O(crawl DB) bytes of one column (plus the matching rows). The
   MERGE repeats that join to find the files it touches. Deletion vectors (on
@@ -199,7 +202,8 @@ What update scans, and how it grows:
   ``host``, ``canonical_fp``, ``first_fetched``, ``warc_fetch_time``,
   ``first_seen`` of stored rows, semi-joined with the batch's broadcast
   digests): O(crawl DB) in those columns.
-- re-pointing (``jobs/originals.repoint``) reads ``url_fp``, ``dup_of`` and
+- re-pointing (``jobs/originals.repoint``), only in a round where an original
+  went (one small job on staged rows to know), reads ``url_fp``, ``dup_of`` and
   seven small columns of all rows, semi-joined on ``url_fp`` or ``dup_of`` with
   the broadcast url_fps of the originals that went: O(crawl DB) in those
   columns (a separate ``original`` → copies table clustered by original would
@@ -211,9 +215,9 @@ What update scans, and how it grows:
   (``jobs.update_counters.Counters``); every other counter is counted by the staged write that
   computes its rows.
 - ``hosts`` is read the same way, semi-joined with the round's hosts.
-- trap detection reads ``url_fp``/``host`` of all rows (semi-joined with the
-  round's broadcast duplicates' originals, to know their host): O(crawl DB) in
-  those two columns; it does no near-duplicate join of its own.
+- trap detection reads an original's host from the slice (an original absent
+  from it is on a host not of the round, which counts as another host's); it
+  does no near-duplicate join of its own.
 
 To make the reads grow with the touched URLs too: cluster ``crawldb`` by
 ``url_fp`` (liquid clustering / OPTIMIZE ZORDER) so file ranges of url_fp become
@@ -232,6 +236,7 @@ from typing import Any, Callable
 
 from crawl_udfs.config import Config
 from jobs import common, faults, ledger
+from jobs import crawldb_slice as S
 from jobs import dedup_transforms as D
 from jobs import hosts_transforms as HT
 from jobs import originals as O
@@ -278,13 +283,15 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     with both kinds of duplicates marked and that same lookup (``hosts_transforms.trap_signals``).
     """
     park = conf.politeness.failure_park_duration_s
-    scan = observe("crawldb", crawldb)
-    prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), scan))
+    fetch_output = keep(fetch_output)  # the round's rows, read by four plans: one Delta read
+    # the crawl DB's rows keyed by the round's URLs and hosts, in one read (jobs/crawldb_slice.py)
+    known = keep(S.round_slice(observe("crawldb", crawldb), fetch_output))
+    prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), known))
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
-    updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
-    members = keep(T.exact_members(updated, crawldb))
-    updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s,
-                                     members=members))
+    fresh = keep(T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now))
+    members = keep(T.exact_members(fresh, crawldb))
+    dup_iv = conf.schedule.duplicate_interval_s
+    updated = T.mark_duplicates(fresh, crawldb, duplicate_interval_s=dup_iv, members=members)
     demoted = T.exact_demotions(members)
     index_rows = near = None
     if conf.dedup.near_duplicates:
@@ -296,27 +303,33 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
             cands, near_dup_index, round_no=round_no, near_bits=k, jaccard_threshold=d.jaccard_threshold,
             length_ratio=d.length_ratio, max_bucket_rows=d.max_bucket_rows,
             left=O.left_pages(crawldb))))
-        updated = keep(D.mark_near_duplicates(updated, near, duplicate_interval_s=conf.schedule.duplicate_interval_s))
+        updated = D.mark_near_duplicates(updated, near, duplicate_interval_s=dup_iv)
         index_rows = D.index_rows(cands, near, round_no=round_no, near_bits=k)
         demoted = demoted.unionByName(D.demotions(updated, near))
+    updated = keep(updated)  # both duplicate steps in one pass
     gone = O.leaving(updated, demoted, was=T.WAS, changed=T.CHANGED)
-    decided = keep(O.repoint(updated, crawldb, gone))
-    updated = keep(O.repointed(updated, decided))
-    repointed = O.repointed_rows(decided, round_no=round_no, was=T.WAS)
-    new = T.discover(prepared, crawldb, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
+    repointed = None
+    if not gone.isEmpty():  # one small job; most rounds no original leaves, and nothing is re-pointed
+        decided = keep(O.repoint(updated, crawldb, gone))
+        updated = keep(O.repointed(updated, decided))
+        repointed = O.repointed_rows(decided, round_no=round_no, was=T.WAS)
+    new = T.discover(prepared, known, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
-    signals = HT.trap_signals(updated, near, crawldb)  # the same lookup: copies of a host's own pages
+    signals = HT.trap_signals(updated, near, known)  # the same lookup: copies of a host's own pages
     counts = HT.page_counts(updated).join(signals, "host", "left")
     hosts_new = HT.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
     hosts_new = HT.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
-    hosts_new, reached, exhausted = HT.exhausted_hosts(hosts_new, hosts, conf.budget.max_pages_per_host,
-                                                      conf.budget.max_bytes_per_host)
+    budgets = (hosts, conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host)
+    hosts_new = HT.exhausted_hosts(hosts_new, *budgets)[0]
     if conf.dedup.learn_patterns:  # the round's hosts' duplicate URL patterns, from their pages as left now
-        learnt = P.learn(P.stored_pages(crawldb, updated), min_pages=conf.dedup.pattern_min_pages,
+        learnt = P.learn(P.stored_pages(known, updated), min_pages=conf.dedup.pattern_min_pages,
                          min_share=conf.dedup.pattern_min_share)
         hosts_new = P.with_patterns(hosts_new, learnt)
     hosts_new = keep(observe("hosts", common.conform(hosts_new, TABLES["hosts"])))
-    budget = HT.budget_rows(crawldb, reached, round_no=round_no)
+    _, reached, exhausted = HT.exhausted_hosts(hosts_new, *budgets)  # from the kept rows: nothing recomputed
+    # the crawl DB is scanned for budget rows only in a round where a host reached its budget (one small
+    # job to know); else the slice, where an empty set of hosts finds no row either
+    budget = HT.budget_rows(known if reached.isEmpty() else crawldb, reached, round_no=round_no)
     source = T.merge_source(updated, new, budget, exhausted, repointed)  # computed once, by its staging write
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
@@ -409,7 +422,7 @@ def _staged(spark, df, path: str):
     from the same pre-round snapshots.
     """
     df.write.mode("overwrite").parquet(path)
-    return spark.read.parquet(path)
+    return spark.read.schema(df.schema).parquet(path)  # the schema known: no job to read it from a footer
 
 
 def _remove(path: str) -> None:
