@@ -236,6 +236,7 @@ from jobs import dedup_transforms as D
 from jobs import hosts_transforms as HT
 from jobs import originals as O
 from jobs import pattern_transforms as P
+from jobs import schedule_transforms as S
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
 from jobs.update_counters import Counters
@@ -276,12 +277,20 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     the near-duplicates found (``near_duplicates``, observed) become duplicates like exact ones, and
     the round's other first copies are the index rows to append. Trap detection then reads the round
     with both kinds of duplicates marked and that same lookup (``hosts_transforms.trap_signals``).
+    With ``schedule.policy = "adaptive"`` the round's Lagrange multiplier is computed here, eagerly (one
+    job over the kept page rows: ``schedule_transforms.round_multiplier``).
     """
+    from pyspark.sql import functions as F
+
     park = conf.politeness.failure_park_duration_s
     scan = observe("crawldb", crawldb)
     prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), scan))
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
-    updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now)
+    priors = S.host_priors(hosts, conf.schedule)
+    mu = None
+    if conf.schedule.policy == "adaptive":  # the round's multiplier: one job (a bucketed collect)
+        mu = S.round_multiplier(T.with_rates(prepared, conf.schedule, priors), conf.schedule, cat=F.col(T.CAT))
+    updated = T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now, priors=priors, multiplier=mu)
     members = keep(T.exact_members(updated, crawldb))
     updated = keep(T.mark_duplicates(updated, crawldb, duplicate_interval_s=conf.schedule.duplicate_interval_s,
                                      members=members))
