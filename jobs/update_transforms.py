@@ -180,7 +180,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
                 .when(cat == "redirect_temp", default_iv)
                 .when(cat == "redirect_perm", F.lit(float(schedule.redirect_perm_interval_s)))
                 .when(cat == "gone", S.gone_interval(gone_checks, schedule))
-                .when(cat.isin("gone", "final", "bad_redirect") | exhausted,
+                .when(cat.isin("final", "bad_redirect") | exhausted,
                       F.lit(float(schedule.gone_interval_s)))
                 .when(cat == "robots_denied", F.lit(float(schedule.robots_denied_interval_s)))
                 .otherwise(old_iv))  # retry keeps its regular interval: back-off moves next_fetch_time only
