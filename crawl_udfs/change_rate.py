@@ -25,7 +25,7 @@ seen over k / λ_host seconds". The posterior mode (MAP) solves
 a decreasing function of λ, so it has one root, found by bisection on log λ; with no history it is
 λ_host. λ_host is the host's pooled revisits (n visits, X of them changed, mean interval T/n) through
 the bias-reduced estimator for regular access of the same paper (section 4):
-λ = -log((n - X + 0.5) / (n + 0.5)) / (T / n); with no revisits on the host, 1 / default_interval_s.
+λ = -log((n - X + 0.5) / (n + 1)) / (T / n) (n + 1 where the paper has n + 0.5: never 0); with no revisits on the host, 1 / default_interval_s.
 
 The interval (Cho & Garcia-Molina, "Synchronizing a database to improve freshness", SIGMOD 2000): a page
 re-fetched every I = 1/f is fresh a share F(λ, f) = (f/λ)(1 - exp(-λ/f)) of the time. Maximising
@@ -116,10 +116,12 @@ def change_rate(changed_intervals, unchanged_span, prior_rate, prior_changes: fl
 def host_rate(visits, changes, span, default_interval_s: float, ops=PLAIN):
     """The host's pooled change rate (per second): the bias-reduced estimator for regular access over its
     revisits (``visits`` of them, ``changes`` seen changed, ``span`` seconds between them in all), at the
-    mean interval; 1 / ``default_interval_s`` when it has none."""
+    mean interval; 1 / ``default_interval_s`` when it has none. The denominator is n + 1 where the paper
+    has n + 0.5: a host whose revisits never saw a change still gets about half a change over the time
+    observed, never 0 (the prior k / λ_host must stay finite)."""
     n = ops.greatest(visits, ops.lit(1.0))
     mean = ops.greatest(span, ops.lit(1e-9)) / n
-    reduced = -ops.log((n - changes + 0.5) / (n + 0.5)) / mean
+    reduced = -ops.log((n - changes + 0.5) / (n + 1.0)) / mean
     return ops.when((visits > 0) & (span > 0), reduced, ops.lit(1.0 / float(default_interval_s)))
 
 

@@ -76,6 +76,7 @@ def test_the_host_rate_pools_revisits_with_the_bias_reduced_estimator():
     x = sum(rnd.random() < -math.expm1(-rate * interval) for _ in range(n))
     assert abs(R.host_rate(n, x, n * interval, 604800.0) / rate - 1) < 0.1
     assert R.host_rate(0, 0, 0.0, 604800.0) == 1 / 604800.0
+    assert 0 < R.host_rate(50, 0, 50 * 3600.0, 604800.0) < 1 / (50 * 3600.0)  # no change seen: slow, never 0
     assert R.host_rate(n, x, n * interval, 604800.0) > 1.5 * x / (n * interval)  # not changes / time
 
 
