@@ -213,6 +213,15 @@ RULES: dict[str, Check] = {
     "schedule.retry_max_s": SECONDS,
     "schedule.max_retries": COUNT,
     "schedule.unchanged_simhash_bits": between(-1, 64),
+    "schedule.policy": one_of("fixed", "adaptive", "nutch"),
+    "schedule.min_interval_s": above(0),
+    "schedule.max_interval_s": above(0),
+    "schedule.prior_changes": above(0),
+    "schedule.change_history": COUNT,
+    "schedule.nutch_inc_rate": at_least(0),
+    "schedule.nutch_dec_rate": at_least_below(0, 1),
+    "schedule.gone_backoff": at_least(1),
+    "schedule.gone_checks": COUNT,
     "scope.max_depth": ANY,  # any integer; negative means no limit
     "scope.allow_hosts": HOST_REGEXES,
     "scope.deny_hosts": HOST_REGEXES,
@@ -240,6 +249,7 @@ RULES: dict[str, Check] = {
 RELATIONS = (
     ("politeness.backoff_base_s", "politeness.backoff_max_s", 1),
     ("schedule.retry_base_s", "schedule.retry_max_s", 1),
+    ("schedule.min_interval_s", "schedule.max_interval_s", 1),
     ("lease.heartbeat_s", "lease.ttl_s", 2),  # a holder renews at least twice per ttl
 )
 

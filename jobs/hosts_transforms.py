@@ -23,6 +23,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
+from jobs.schedule_transforms import GAP
 from jobs.update_transforms import (BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE, plus_seconds,
                                     touching, ts)
 from schemas.status import Status
@@ -105,9 +106,14 @@ def _host_rows(host_rows: DataFrame) -> DataFrame:
 
 
 def page_counts(updated: DataFrame) -> DataFrame:
-    """Per host: pages with a response, their wire bytes, duplicates, pages with new content."""
+    """Per host: pages with a response, their wire bytes, duplicates, pages with new content, and the
+    revisits that told changed from unchanged (count, changed, seconds since the visit before)."""
     attempted = F.col(CAT) != KEEP
+    revisit = F.col(GAP).isNotNull() if GAP in updated.columns else F.lit(False)
     return updated.groupBy("host").agg(
+        F.sum(F.when(revisit, 1).otherwise(0)).cast("long").alias("p_revisits"),
+        F.sum(F.when(revisit & F.col(CHANGED), 1).otherwise(0)).cast("long").alias("p_revisit_changes"),
+        F.sum(F.when(revisit, F.col(GAP) if GAP in updated.columns else None).otherwise(0.0)).alias("p_revisit_span"),
         F.sum(F.when(attempted & F.col("http_status").isNotNull(), 1).otherwise(0)).cast("long").alias("p_pages"),
         F.sum(F.col(WIRE)).cast("long").alias("p_bytes"),
         F.sum(F.when(attempted & (F.col("status") == Status.DUPLICATE.value), 1).otherwise(0))
@@ -168,6 +174,10 @@ def hosts_update(hosts: DataFrame, host_rows: DataFrame, counts: DataFrame, *, p
         F.coalesce(F.col("delay_s"), F.col("o_delay_s")).alias("delay_s"),
         F.when(F.coalesce(F.col("ip"), F.col("o_ip")).isNull(), F.col("o_resolve_error")).alias("resolve_error"),
         F.col("o_dup_patterns").alias("dup_patterns"),  # the old row's: update relearns them (pattern_transforms)
+        add("revisits", F.col("p_revisits")).alias("revisits"),
+        add("revisit_changes", F.col("p_revisit_changes")).alias("revisit_changes"),
+        (F.coalesce(F.col("o_revisit_span_s"), F.lit(0.0)) + F.coalesce(F.col("p_revisit_span"), F.lit(0.0)))
+         .alias("revisit_span_s"),
         *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in ("t_pages", "t_exact", "t_near")])
 
 

@@ -62,7 +62,7 @@ from schemas.status import Status
 #: Statuses whose stored copy can be the original of a duplicate.
 ORIGINAL_STATUSES = (Status.FETCHED.value, Status.NOT_MODIFIED.value)
 #: Statuses of an original that went (its copies are re-pointed).
-LEAVING_STATUSES = (Status.GONE.value, Status.DUPLICATE.value)
+LEAVING_STATUSES = (Status.GONE.value, Status.RETIRED.value, Status.DUPLICATE.value)
 
 
 def left_pages(crawldb: DataFrame) -> DataFrame:

@@ -34,25 +34,30 @@ attempted, ``http_status`` = its code and ``last_fetch_time`` = its fetch_time.
 ===  =================================  ==============  ==========  ===================================
  #   outcome / status code              new status      retries     next_fetch_time
 ===  =================================  ==============  ==========  ===================================
- 1   ok (2xx)                           fetched         0           base + default_interval_s
+ 1   ok (2xx)                           fetched         0           base + the policy's interval
      +1 fetch; digest, simhash, content_type, etag, last_modified, warc_record_id, warc_fetch_time :=
      this copy; redirect_to, dup_of := null. Changed (see "Changed" below): change_count + 1,
      last_change_time = fetch_time; unchanged: unchanged_count + 1; no previous copy: neither.
+     The change history (see "Schedule" below) grows by this visit; last_visit_time = fetch_time.
  2   ok, digest = another URL's copy    duplicate       0           base + duplicate_interval_s
      as 1, and dup_of = the original's url_fp (see "Exact duplicates").
- 3   not_modified (304)                 not_modified    0           base + default_interval_s
-     +1 fetch; unchanged_count + 1; digest, simhash, content_type, warc_record_id, warc_fetch_time
+ 3   not_modified (304)                 not_modified    0           base + the policy's interval
+     +1 fetch; unchanged_count + 1 (and the history, as 1); digest, simhash, content_type, warc_record_id, warc_fetch_time
      kept (they name the stored copy, not the revisit); etag/last_modified replaced only when the
      304 sends them. A 304 whose digest is another URL's copy becomes duplicate, as 2.
  4   redirect 301, 308                  redirect_perm   0           base + redirect_perm_interval_s
-     +1 fetch; redirect_to; the target is inserted (parent's depth, redirect_hops + 1).
+     +1 fetch; redirect_to; the target is inserted (parent's depth and score, redirect_hops + 1)
+     and, when new, takes the URL's history (``update_transforms.MOVED``: change counts,
+     last_change_time, change_intervals_s, unchanged_span_s, change_rate): the page moved.
  5   redirect 302, 303, 307, other 3xx  redirect_temp   0           base + default_interval_s
-     as 4.
+     as 4, but no history moves (the URL keeps it: it may come back).
  6   redirect without a usable target   error_final     retries+1   base + gone_interval_s
      (fetch's error_class bad_redirect, redirect_loop, too_many_redirects, redirect_filtered:…):
      +1 fetch; redirect_to kept; nothing inserted.
- 7   http_error 404, 410                gone            0           base + gone_interval_s
-     +1 fetch.
+ 7   http_error 404, 410                gone            0           base + gone_interval_s ·
+                                                                    gone_backoff^(gone_checks - 1)
+     +1 fetch; gone_checks + 1 (any other attempted outcome sets it null).
+ 7b  as 7, the gone_checks-th in a row  retired         0           as 7; never generated again
  8   http_error 408, 429, 5xx; error    error_retry     retries+1   base + max(min(retry_base_s ·
      (timeout, connect, dns, …);                                    2^old retries, retry_max_s),
      robots_unavailable                                             Retry-After)
@@ -85,6 +90,22 @@ one-word edits, 13 % of sentences, 0.5 % of paragraphs. An ad that leaked into t
 move it 1-8 bits: the threshold holds because main_text drops it. Each copy is
 compared with the previous one, so a page edited by one word every visit can
 stay "unchanged"; the stored digest and SimHash are always the new copy's.
+
+Schedule (``[schedule]``, ``jobs/schedule_transforms.py``, formulas in ``crawl_udfs/change_rate.py``):
+a visit of rows 1 and 3 with a previous copy tells "changed" or "unchanged" over the ``gap`` since
+the previous content visit (``last_visit_time``, else ``warc_fetch_time``). Changed: ``gap`` is
+appended to ``change_intervals_s``, or 0 when this response's Last-Modified falls inside the gap
+(a dated change; the time since it is added to ``unchanged_span_s``); unchanged: ``gap`` is added
+to ``unchanged_span_s``. Only the last ``schedule.change_history`` changed intervals are kept (the
+unchanged span shrinks with each one dropped). The round's revisits also add to their host's
+``hosts.revisits``, ``revisit_changes``, ``revisit_span_s``: the host's pooled rate, the prior of
+its pages. The interval of rows 1 and 3 is the policy's (``schedule.policy``): ``fixed``,
+``default_interval_s``; ``nutch``, the previous interval × (1 - nutch_dec_rate) after a change, ×
+(1 + nutch_inc_rate) after none (default_interval_s with no previous copy); ``adaptive``, the
+estimated rate (``change_rate``, stored) and the URL's score give the interval that maximises
+freshness at the round's multiplier (computed first, one job: the round's pages get as many
+re-fetches per second as ``fixed`` would give them). Both adaptive policies are clamped to
+``[min_interval_s, max_interval_s]``. A duplicate (row 2) still gets ``duplicate_interval_s``.
 
 Exact duplicates: among this batch's ok/304 rows and the crawl DB's
 fetched/not_modified rows not re-decided by the batch, the original of a digest
@@ -241,6 +262,7 @@ from jobs import dedup_transforms as D
 from jobs import hosts_transforms as HT
 from jobs import originals as O
 from jobs import pattern_transforms as P
+from jobs import schedule_transforms as SC
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
 from jobs.update_counters import Counters
@@ -281,14 +303,23 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     the near-duplicates found (``near_duplicates``, observed) become duplicates like exact ones, and
     the round's other first copies are the index rows to append. Trap detection then reads the round
     with both kinds of duplicates marked and that same lookup (``hosts_transforms.trap_signals``).
+    With ``schedule.policy = "adaptive"`` the round's Lagrange multiplier is computed here, eagerly (one
+    job over the kept page rows: ``schedule_transforms.round_multiplier``).
     """
+    from pyspark.sql import functions as F
+
     park = conf.politeness.failure_park_duration_s
     fetch_output = keep(fetch_output)  # the round's rows, read by four plans: one Delta read
     # the crawl DB's rows keyed by the round's URLs and hosts, in one read (jobs/crawldb_slice.py)
     known = keep(S.round_slice(observe("crawldb", crawldb), fetch_output))
     prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), known))
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
-    fresh = keep(T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now))
+    priors = SC.host_priors(hosts, conf.schedule)
+    mu = None
+    if conf.schedule.policy == "adaptive":  # the round's multiplier: one job (a bucketed collect)
+        mu = SC.round_multiplier(T.with_rates(prepared, conf.schedule, priors), conf.schedule, cat=F.col(T.CAT))
+    fresh = keep(T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now, priors=priors,
+                              multiplier=mu))
     members = keep(T.exact_members(fresh, crawldb))
     dup_iv = conf.schedule.duplicate_interval_s
     updated = T.mark_duplicates(fresh, crawldb, duplicate_interval_s=dup_iv, members=members)

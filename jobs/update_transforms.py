@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from crawl_udfs.admission import SAME_DOC_KINDS, link_depth, link_score
 from crawl_udfs.rows import Outcome
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
+from jobs import schedule_transforms as S
 from jobs.originals import MEMBER_COLUMNS, ORIG, ORIGINAL_STATUSES, first_copy_time, with_original
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
@@ -120,13 +121,33 @@ def same_main_text(simhash: Column, stored: Column, bits: int) -> Column:
     return usable(simhash) & usable(stored) & (F.bit_count(simhash.bitwiseXOR(stored)) <= F.lit(int(bits)))
 
 
+def changed_column(schedule) -> Column:
+    """The visit saw a change (``jobs/update.py``, "Changed"); null when there is no previous copy."""
+    cat, o = F.col(CAT), (lambda c: F.col(f"o_{c}"))
+    return (F.when(cat == "not_modified", F.lit(False))
+            .when((cat == "ok") & o("digest").isNotNull() & F.col("digest").isNotNull(),
+                  (F.col("digest") != o("digest"))
+                  & ~same_main_text(F.col("simhash"), o("simhash"), int(schedule.unchanged_simhash_bits))))
+
+
+def with_rates(prepared: DataFrame, schedule, priors: DataFrame | None) -> DataFrame:
+    """``prepared`` with the host prior (``priors``: :func:`jobs.schedule_transforms.host_priors`; None:
+    1 / default_interval_s for every host) and the history and change rate after this visit."""
+    if priors is None or schedule.policy != "adaptive":
+        df = prepared.withColumn(S.PRIOR, F.lit(None).cast("double"))
+    else:
+        df = prepared.join(touching(priors, prepared, "host"), "host", "left")
+    return S.with_history(df, schedule, cat=F.col(CAT), changed=changed_column(schedule))
+
+
 def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no: int,
-               now: dt.datetime) -> DataFrame:
+               now: dt.datetime, priors: DataFrame | None = None, multiplier: float | None = None) -> DataFrame:
     """One updated crawl-DB row per page row (CRAWLDB columns + helper columns).
 
     ``host_next`` has ``host``, ``next_allowed_at``, ``parked_until`` (after this
     round): deferred and not-attempted URLs are pushed to them, nothing else changes.
-    ``schedule`` is the ``[schedule]`` config section.
+    ``schedule`` is the ``[schedule]`` config section; ``priors`` and ``multiplier`` feed its policy
+    (:func:`with_rates`, :func:`jobs.schedule_transforms.round_multiplier`; None: the defaults).
     """
     cat, o = F.col(CAT), (lambda c: F.col(f"o_{c}"))
     keep = cat == KEEP
@@ -140,10 +161,13 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
     retries = F.when(failed, old_retries + 1).when(keep, old_retries).otherwise(F.lit(0))
     exhausted = (cat == "retry") & (retries >= F.lit(int(schedule.max_retries)))
     old_status = F.coalesce(o("status"), F.lit(Status.UNFETCHED.value))
+    gone_checks = F.when(cat == "gone", F.coalesce(o("gone_checks"), F.lit(0)) + 1).when(keep, o("gone_checks"))
+    retired = (cat == "gone") & (gone_checks >= F.lit(int(schedule.gone_checks)))
     status = (F.when(cat == "ok", Status.FETCHED.value)
               .when(cat == "not_modified", Status.NOT_MODIFIED.value)
               .when(cat == "redirect_perm", Status.REDIRECT_PERM.value)
               .when(cat == "redirect_temp", Status.REDIRECT_TEMP.value)
+              .when(retired, Status.RETIRED.value)
               .when(cat == "gone", Status.GONE.value)
               .when(cat == "robots_denied", Status.ROBOTS_DENIED.value)
               .when(cat.isin("final", "bad_redirect") | exhausted, Status.ERROR_FINAL.value)
@@ -151,9 +175,12 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
               .otherwise(old_status))
     default_iv = F.lit(float(schedule.default_interval_s))
     old_iv = F.coalesce(o("fetch_interval_s"), default_iv)
-    interval = (F.when(cat.isin("ok", "not_modified", "redirect_temp"), default_iv)
+    interval = (F.when(cat.isin(*S.STORED_CATS), S.policy_interval(schedule, changed=F.col(CHANGED),
+                                                                    multiplier=multiplier))
+                .when(cat == "redirect_temp", default_iv)
                 .when(cat == "redirect_perm", F.lit(float(schedule.redirect_perm_interval_s)))
-                .when(cat.isin("gone", "final", "bad_redirect") | exhausted,
+                .when(cat == "gone", S.gone_interval(gone_checks, schedule))
+                .when(cat.isin("final", "bad_redirect") | exhausted,
                       F.lit(float(schedule.gone_interval_s)))
                 .when(cat == "robots_denied", F.lit(float(schedule.robots_denied_interval_s)))
                 .otherwise(old_iv))  # retry keeps its regular interval: back-off moves next_fetch_time only
@@ -164,10 +191,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
     old_next = F.coalesce(o("next_fetch_time"), now_ts)
     next_time = F.when(keep, F.greatest(old_next, F.col("_h_next"), F.col("_h_parked"))).otherwise(
         plus_seconds(base, wait))
-    changed = (F.when(cat == "not_modified", F.lit(False))
-               .when((cat == "ok") & o("digest").isNotNull() & F.col("digest").isNotNull(),
-                     (F.col("digest") != o("digest"))
-                     & ~same_main_text(F.col("simhash"), o("simhash"), int(schedule.unchanged_simhash_bits))))
+    changed = F.col(CHANGED)
     ok = cat == "ok"
     redirect = cat.isin("redirect_perm", "redirect_temp", "bad_redirect")
     first_seen = F.coalesce(o("first_seen"), now_ts)
@@ -176,7 +200,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         return F.when(cond, new).otherwise(o(column))
 
     h = host_next.select("host", F.col("next_allowed_at").alias("_h_next"), F.col("parked_until").alias("_h_parked"))
-    df = prepared.join(h, "host", "left")
+    df = with_rates(prepared.join(h, "host", "left"), schedule, priors).withColumn(CHANGED, changed_column(schedule))
     cols = {
         "url_fp": F.col("url_fp"),
         "host": F.col("host"),
@@ -213,6 +237,12 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         "url": F.col("url"),
         "first_fetched": F.coalesce(o("first_fetched"), o("warc_fetch_time"), F.when(stored, F.col("fetch_time"))),
         "canonical_fp": on(ok, F.when(F.col("canonical").isNotNull(), F.xxhash64(F.col("canonical"))), "canonical_fp"),
+        "last_visit_time": on(stored, F.col("fetch_time"), "last_visit_time"),
+        "change_intervals_s": F.col(S.HIST),
+        "unchanged_span_s": F.col(S.SPAN),
+        "change_rate": F.col(S.RATE),
+        "gone_checks": gone_checks,
+        S.GAP: F.col(S.GAP),
         CAT: cat,
         BASE: base,
         CHANGED: changed,
@@ -276,9 +306,15 @@ def as_duplicates(df: DataFrame, dup: Column, original: Column, *, duplicate_int
 
 
 # -- 3. discovery ------------------------------------------------------------------------------
+#: The crawl-DB columns a permanent redirect moves to its target (with the score, which every redirect passes).
+MOVED = ("change_count", "unchanged_count", "last_change_time", "change_intervals_s", "unchanged_span_s",
+         "change_rate")
+
+
 def _edges(prepared: DataFrame) -> DataFrame:
     src = prepared.where(F.col("outlinks").isNotNull() & (F.col(CAT) != KEEP))
-    return src.select(F.col("url_fp").alias("src_fp"),
+    moved = F.when(F.col(CAT) == "redirect_perm", F.struct(*[F.col(f"o_{c}").alias(c) for c in MOVED]))
+    return src.select(F.col("url_fp").alias("src_fp"), moved.alias("_moved"),
                       F.coalesce(F.col("_list_depth"), F.col("o_depth"), F.lit(0)).alias("src_depth"),
                       F.coalesce(F.col("_list_score"), F.col("o_score"), F.lit(0.0)).alias("src_score"),
                       F.coalesce(F.col("_list_hops"), F.col("redirect_hops"), F.lit(0)).alias("src_hops"),
@@ -345,12 +381,13 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, duplicates: Data
     e = e.where(_followed(F.col("l"), follow_nofollow) & F.col("l.url_fp").isNotNull())
     e = e.select(
         F.col("l.url_fp").alias("url_fp"), F.col("l.url").alias("url"), F.col("l.host").alias("host"),
-        "src_fp",
+        "src_fp", F.when(F.col("l.kind") == "redirect", F.col("_moved")).alias("_moved"),
         link_depth(F.col("src_depth"), same_doc, COLUMN_OPS).alias("depth"),
         F.when(F.col("l.kind") == "redirect", F.col("src_hops") + 1).otherwise(F.lit(0)).alias("redirect_hops"),
         link_score(src_score, same_doc, n_sharing, float(scope.score_decay), COLUMN_OPS).alias("score"))
     best = F.min(F.struct("depth", "redirect_hops", "src_fp", "url", "host")).alias("b")
-    d = e.groupBy("url_fp").agg(best, F.max("score").alias("score"))
+    moved = F.min_by("_moved", F.when(F.col("_moved").isNotNull(), F.col("src_fp"))).alias("_moved")
+    d = e.groupBy("url_fp").agg(best, F.max("score").alias("score"), moved)
     d = d.join(touching(crawldb.select("url_fp"), d, "url_fp"), "url_fp", "left_anti")
     now_ts = ts(now)
     zero = F.lit(0)
@@ -358,11 +395,13 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, duplicates: Data
         "url_fp", F.col("b.host").alias("host"), F.lit(Status.UNFETCHED.value).alias("status"),
         now_ts.alias("next_fetch_time"), "score", F.col("b.depth").alias("depth"),
         F.col("b.redirect_hops").alias("redirect_hops"), zero.alias("retries"), zero.alias("fetch_count"),
-        zero.alias("change_count"), zero.alias("unchanged_count"),
+        F.coalesce(F.col("_moved.change_count"), zero).alias("change_count"),
+        F.coalesce(F.col("_moved.unchanged_count"), zero).alias("unchanged_count"),
         F.lit(float(default_interval_s)).alias("fetch_interval_s"), now_ts.alias("first_seen"),
         F.lit(int(round_no)).cast("long").alias("discovered_round"),
         F.lit(int(round_no)).cast("long").alias("updated_round"),
-        F.col("b.src_fp").alias("source_fp"), F.col("b.url").alias("url"))
+        F.col("b.src_fp").alias("source_fp"), F.col("b.url").alias("url"),
+        *[F.col(f"_moved.{c}").alias(c) for c in MOVED[2:]])
 
 
 # -- 6. the merge source ---------------------------------------------------------------------

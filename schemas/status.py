@@ -29,7 +29,8 @@ class Status(str, Enum):
     NOT_MODIFIED = "not_modified"      # last fetch was a 304 to a conditional GET; stored copy still current
     REDIRECT_TEMP = "redirect_temp"    # last fetch was 302/303/307; target inserted, URL re-checked later
     REDIRECT_PERM = "redirect_perm"    # last fetch was 301/308; target inserted, URL re-checked rarely
-    GONE = "gone"                      # 404/410 (repeatedly); re-checked at a long interval
+    GONE = "gone"                      # 404/410; re-checked at growing intervals (schedule.gone_backoff)
+    RETIRED = "retired"                # 404/410 on schedule.gone_checks checks in a row; never generated again
     ROBOTS_DENIED = "robots_denied"    # robots.txt disallows it for our agent; re-checked when robots is
     DUPLICATE = "duplicate"            # a copy (same digest, or near) of dup_of, the original (jobs/originals.py)
     ERROR_RETRY = "error_retry"        # transient failure (timeout, 5xx, 429, robots unavailable); retried with back-off

@@ -57,6 +57,16 @@ CRAWLDB = StructType([
     # which copy is the original (jobs/originals.py); last, so `init` appends them to old tables
     _f("first_fetched", TimestampType(), True, "fetch time of the first stored copy (the earliest is the original)"),
     _f("canonical_fp", LongType(), True, "url_fp of the last stored copy's rel=canonical (itself when self-canonical)"),
+    # the re-crawl schedule's history (jobs/schedule_transforms.py, crawl_udfs/change_rate.py); last, for `init`
+    _f("last_visit_time", TimestampType(), True, "fetch time of the last visit that saw content (2xx or 304)"),
+    _f("change_intervals_s", ArrayType(DoubleType(), True), True,
+       "seconds between the visits that saw a change and the visit before (0: dated by Last-Modified); "
+       "the last schedule.change_history"),
+    _f("unchanged_span_s", DoubleType(), True,
+       "seconds observed without a change (visits that saw none, and since Last-Modified), kept in "
+       "proportion to change_intervals_s"),
+    _f("change_rate", DoubleType(), True, "estimated changes per second (the MAP estimate, with the host prior)"),
+    _f("gone_checks", IntegerType(), True, "consecutive 404/410 answers (retired at schedule.gone_checks)"),
 ])
 
 #: One learnt URL pattern of a host (crawl_udfs/url_patterns.py), with the evidence it was learnt from.
@@ -106,6 +116,10 @@ HOSTS = StructType([
     _f("dup_patterns", ArrayType(DUP_PATTERN, True), True,
        "URL patterns whose pages copy the host's other URLs, with their evidence; generate skips their URLs "
        "(dedup.pattern_action); null: none learnt"),
+    # pooled revisits of the host's pages: the prior of a new page's change rate (crawl_udfs/change_rate.py)
+    _f("revisits", LongType(), True, "visits of the host's pages that could tell changed from unchanged"),
+    _f("revisit_changes", LongType(), True, "of those, visits that saw a change"),
+    _f("revisit_span_s", DoubleType(), True, "seconds between those visits and the visit before, summed"),
 ])
 
 FETCH_LOG = StructType([

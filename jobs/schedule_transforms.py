@@ -1,0 +1,164 @@
+"""The re-crawl schedule as Columns: each page's change history, change rate and interval (update).
+
+The formulas are ``crawl_udfs.change_rate``'s, built as Columns by :data:`COLUMN_MATH` (one definition,
+evaluated on floats in tests and on Columns here). What this module adds is the plumbing: which columns
+of a page row and its crawl-DB row (``o_*``) feed them, the host prior from ``hosts``, and the round's
+Lagrange multiplier (the one aggregate, collected on the driver).
+
+Policies (``schedule.policy``), for rows with a stored copy (ok, 304):
+- ``fixed``: ``default_interval_s`` (no clamping: the behaviour before the adaptive schedule);
+- ``nutch``: Nutch's AdaptiveFetchSchedule on the previous interval;
+- ``adaptive``: the SIGMOD 2000 optimum at the round's multiplier, from the estimated rate and the
+  URL's ``score`` as importance. The budget: the round's stored pages together get as many re-fetches
+  per second as ``fixed`` would give them (count / default_interval_s), spread to maximise their
+  weighted freshness; the multiplier that spends exactly that is found by bisection on the driver over
+  the round's (rate, weight) pairs, bucketed (half a natural-log unit of rate and of weight each): one Spark job.
+The change history is kept under every policy, so switching policy starts from evidence; the rate
+itself (40 bisection steps over the history per row) is computed only under ``adaptive``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from crawl_udfs import change_rate as R
+
+#: Helper columns: seconds since the previous content visit, the new history, the estimated rate.
+GAP, HIST, SPAN, RATE, PRIOR = "_gap", "_hist", "_span", "_rate", "_prior_rate"
+#: Rows whose interval the policy sets (a stored copy: 2xx or 304).
+STORED_CATS = ("ok", "not_modified")
+
+
+class ColumnMath:
+    """``crawl_udfs.change_rate.PlainMath`` on Columns."""
+
+    exp, log, expm1 = staticmethod(F.exp), staticmethod(F.log), staticmethod(F.expm1)
+
+    @staticmethod
+    def lit(x: float) -> Column:
+        return F.lit(float(x))
+
+    @staticmethod
+    def when(cond: Column, then, otherwise) -> Column:
+        return F.when(cond, then).otherwise(otherwise)
+
+    @staticmethod
+    def greatest(a, b) -> Column:
+        return F.greatest(a, b)
+
+    @staticmethod
+    def least(a, b) -> Column:
+        return F.least(a, b)
+
+    @staticmethod
+    def array_sum(values: Column, term) -> Column:
+        return F.aggregate(values, F.lit(0.0), lambda acc, t: acc + term(t))
+
+    @staticmethod
+    def bisect(lo: Column, hi: Column, steps: int, positive_at, **params: Column) -> Column:
+        """PlainMath.bisect as one expression: the steps fold over a sequence; the accumulator holds
+        (lo, hi) and the ``params``, so each input expression is evaluated once per row, not per step."""
+        names = list(params)
+
+        def step(acc: Column, _):
+            lo_, hi_ = acc.getField("lo"), acc.getField("hi")
+            mid = (lo_ + hi_) / 2
+            up = positive_at(mid, **{n: acc.getField(n) for n in names})
+            return F.struct(F.when(up, mid).otherwise(lo_).alias("lo"), F.when(up, hi_).otherwise(mid).alias("hi"),
+                            *[acc.getField(n).alias(n) for n in names])
+        start = F.struct(lo.cast("double").alias("lo"), hi.cast("double").alias("hi"),
+                         *[(v if isinstance(v, Column) else F.lit(v)).alias(n) for n, v in params.items()])
+        return F.aggregate(F.sequence(F.lit(1), F.lit(int(steps))), start, step,
+                           lambda acc: (acc.getField("lo") + acc.getField("hi")) / 2)
+
+
+COLUMN_MATH = ColumnMath()
+
+
+def http_date_seconds(header: Column) -> Column:
+    """Epoch seconds of an HTTP date (RFC 9110 IMF-fixdate, always GMT), null when it is not one."""
+    body = F.regexp_extract(header, r"^\w{3}, (\d{2} \w{3} \d{4} \d{2}:\d{2}:\d{2}) GMT$", 1)
+    return F.unix_timestamp(F.try_to_timestamp(F.concat(body, F.lit(" +0000")),
+                                               F.lit("dd MMM yyyy HH:mm:ss Z")))
+
+
+def host_priors(hosts: DataFrame, schedule) -> DataFrame:
+    """``host``, ``_prior_rate``: each host's pooled change rate from its revisits so far
+    (``change_rate.host_rate``; hosts without any: 1 / default_interval_s)."""
+    def z(c: str) -> Column:
+        return F.coalesce(F.col(c).cast("double"), F.lit(0.0))
+    return hosts.select("host", R.host_rate(z("revisits"), z("revisit_changes"), z("revisit_span_s"),
+                                            schedule.default_interval_s, COLUMN_MATH).alias(PRIOR))
+
+
+def with_history(df: DataFrame, schedule, *, cat: Column, changed: Column) -> DataFrame:
+    """``df`` (page rows + ``o_*`` + ``_prior_rate``; ``cat``: the transition-table row, ``changed``: the
+    visit saw a change, null when there is no previous copy) with :data:`GAP`, :data:`HIST`, :data:`SPAN`
+    (the history after this visit, ``change_rate.observe`` as Columns) and :data:`RATE` (the estimate, with
+    ``schedule.policy = "adaptive"`` only; null under the others: ``crawl_udfs.change_rate.change_rate`` of
+    the stored history gives it whenever wanted)."""
+    o = lambda c: F.col(f"o_{c}")  # noqa: E731
+    fetched = F.col("fetch_time")
+    stored = cat.isin(*STORED_CATS)
+    prev = F.coalesce(o("last_visit_time"), o("warc_fetch_time"))
+    gap = (F.unix_micros(fetched) - F.unix_micros(prev)) / F.lit(1e6)
+    seen = stored & changed.isNotNull() & (gap > 0)
+    since = F.unix_timestamp(fetched) - http_date_seconds(F.col("last_modified"))
+    dated = changed & since.isNotNull() & (since > 0) & (since < gap)
+    keep = int(schedule.change_history)
+    arr0 = F.coalesce(o("change_intervals_s"), F.array().cast("array<double>"))
+    span0 = F.coalesce(o("unchanged_span_s"), F.lit(0.0))
+    grown = (F.when(~changed, arr0).when(dated, F.concat(arr0, F.array(F.lit(0.0))))
+             .otherwise(F.concat(arr0, F.array(gap))))
+    span1 = F.when(~changed, span0 + gap).when(dated, span0 + since.cast("double")).otherwise(span0)
+    over = F.size(grown) > F.lit(keep)
+    hist = F.when(over, F.slice(grown, -keep, keep)).otherwise(grown)
+    span = F.when(over, span1 * F.lit(keep / (keep + 1))).otherwise(span1)
+    df = (df.withColumn(GAP, F.when(seen, gap))
+          .withColumn(HIST, F.when(seen, hist).otherwise(o("change_intervals_s")))
+          .withColumn(SPAN, F.when(seen, span).otherwise(o("unchanged_span_s"))))
+    if schedule.policy != "adaptive":  # the rate only adaptive reads: no bisection per row under the others
+        return df.withColumn(RATE, F.when(stored, F.lit(None).cast("double")).otherwise(o("change_rate")))
+    prior = F.coalesce(F.col(PRIOR), F.lit(1.0 / float(schedule.default_interval_s)))
+    rate = R.change_rate(F.coalesce(F.col(HIST), F.array().cast("array<double>")),
+                         F.coalesce(F.col(SPAN), F.lit(0.0)), prior, schedule.prior_changes, COLUMN_MATH)
+    return df.withColumn(RATE, F.when(stored, rate).otherwise(o("change_rate")))
+
+
+def weight() -> Column:
+    """A URL's importance for the adaptive policy: its score (crawl-DB, else the fetch list's)."""
+    return F.coalesce(F.col("o_score"), F.col("_list_score"), F.lit(0.0))
+
+
+def policy_interval(schedule, *, changed: Column, multiplier: float | None) -> Column:
+    """The interval of a stored row under ``schedule.policy`` (reads :data:`RATE`, ``o_*``)."""
+    default_iv = F.lit(float(schedule.default_interval_s))
+    lo, hi = float(schedule.min_interval_s), float(schedule.max_interval_s)
+    if schedule.policy == "fixed":
+        return default_iv
+    if schedule.policy == "nutch":
+        old_iv = F.coalesce(F.col("o_fetch_interval_s"), default_iv)
+        nutch = R.nutch_interval(old_iv, changed, schedule.nutch_inc_rate, schedule.nutch_dec_rate, lo, hi,
+                                 COLUMN_MATH)
+        return F.when(changed.isNull(), F.least(F.greatest(default_iv, F.lit(lo)), F.lit(hi))).otherwise(nutch)
+    mu = 1.0 if multiplier is None else float(multiplier)
+    return R.adaptive_interval(F.col(RATE), weight(), mu, lo, hi, COLUMN_MATH)
+
+
+def round_multiplier(with_rates: DataFrame, schedule, *, cat: Column) -> float:
+    """The round's Lagrange multiplier (see the module docstring): one job, a bucketed collect."""
+    rows = with_rates.where(cat.isin(*STORED_CATS))
+    w = F.greatest(weight(), F.lit(R.MIN_WEIGHT))
+    buckets = (rows.select(F.col(RATE).alias("r"), w.alias("w"))
+               .groupBy(F.round(F.log("r") * 2).alias("br"), F.round(F.log("w") * 2).alias("bw"))
+               .agg(F.avg("r").alias("r"), F.avg("w").alias("w"), F.count(F.lit(1)).alias("n")).collect())
+    pages = [(b["r"], b["w"], b["n"]) for b in buckets]
+    budget = sum(n for _, _, n in pages) / float(schedule.default_interval_s)
+    return R.multiplier(pages, budget, float(schedule.min_interval_s), float(schedule.max_interval_s))
+
+
+def gone_interval(checks: Column, schedule) -> Column:
+    """The re-check interval after the ``checks``-th 404/410 in a row: gone_interval_s × gone_backoff^(checks-1)."""
+    return F.lit(float(schedule.gone_interval_s)) * F.pow(F.lit(float(schedule.gone_backoff)),
+                                                          (checks - 1).cast("double"))
