@@ -57,6 +57,10 @@ CRAWLDB = StructType([
     # which copy is the original (jobs/originals.py); last, so `init` appends them to old tables
     _f("first_fetched", TimestampType(), True, "fetch time of the first stored copy (the earliest is the original)"),
     _f("canonical_fp", LongType(), True, "url_fp of the last stored copy's rel=canonical (itself when self-canonical)"),
+    # link importance (jobs/importance.py); last, so `init` appends it to old tables
+    _f("importance", DoubleType(), True,
+       "host-damped PageRank over the links table x the URLs counted (mean <= 1), refreshed every "
+       "importance.every_rounds rounds; generate's priority reads it (null: not computed yet, the score stands in)"),
 ])
 
 #: One learnt URL pattern of a host (crawl_udfs/url_patterns.py), with the evidence it was learnt from.
