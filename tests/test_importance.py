@@ -170,5 +170,5 @@ def test_refresh_writes_importance_only_and_update_keeps_it(spark, tmp_path):
 
 
 #: Spark jobs of one refresh on a tiny table (sizes, the staged iterations, the MERGE; measured 2026-12-03:
-#: 48 with adaptive execution on during the staged write).
+#: 34; 48 with adaptive execution on during the staged write).
 JOBS_MAX = 40
