@@ -25,7 +25,7 @@ from crawl_udfs import config
 from crawl_udfs.config import ConfigError
 
 #: Commands that write under storage.root, so hold the crawl lease.
-WRITERS = ("init", "inject", "generate", "fetch", "update", "round", "crawl")
+WRITERS = ("init", "inject", "generate", "fetch", "update", "round", "crawl", "rank")
 #: Exit status of a writer refused because another one holds the lease.
 EXIT_LEASE_HELD = 3
 
@@ -45,9 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     inj = sub.add_parser("inject", help="add seeds (files with one URL a line, or URLs)")
     inj.add_argument("sources", nargs="+")
     inj.add_argument("--boost", type=float, default=None, help="raise existing URLs to this score and make them due")
+    inj.add_argument("--due-now", action="store_true",
+                     help="make the URLs named (known or new) due now, ahead of the schedule: listed by the next "
+                          "round before every URL that waited less than priority.due_now_s")
     sub.add_parser("generate", help="open a round: select due URLs into its fetch list")
     sub.add_parser("fetch", help="fetch the open round")
     sub.add_parser("update", help="merge the fetched round into the crawl DB")
+    sub.add_parser("rank", help="recompute link importance (crawldb.importance) now, whatever importance.every_rounds")
     sub.add_parser("round", help="one generate -> fetch -> update cycle (finishes an interrupted round first)")
     cr = sub.add_parser("crawl", help="up to N rounds; stops early when nothing is due")
     cr.add_argument("--rounds", type=int, required=True)
@@ -112,7 +116,7 @@ def _run(spark, conf, args) -> int:
         return 0
     if args.command == "inject":
         from jobs import inject
-        _print_counts("inject", inject.run(spark, conf, args.sources, boost=args.boost))
+        _print_counts("inject", inject.run(spark, conf, args.sources, boost=args.boost, due_now=args.due_now))
     elif args.command == "generate":
         from jobs import generate
         _print_counts("generate", generate.run(spark, conf))
@@ -122,6 +126,9 @@ def _run(spark, conf, args) -> int:
     elif args.command == "update":
         from jobs import update
         _print_counts("update", update.run(spark, conf))
+    elif args.command == "rank":
+        from jobs import importance
+        _print_counts("rank", importance.run(spark, conf))
     elif args.command in ("round", "crawl"):
         from jobs import rounds
         n = 1 if args.command == "round" else args.rounds

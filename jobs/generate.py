@@ -5,8 +5,11 @@ A URL is generated when it is *due* (status in ``schemas.status.ELIGIBLE`` and
 or past) and its host has budget left (``hosts.pages_fetched <
 budget.max_pages_per_host`` and ``hosts.bytes_fetched < budget.max_bytes_per_host``;
 URLs of an exhausted host are simply skipped — ``update`` marks them). Among
-those, best first by ``score`` desc, then ``next_fetch_time`` asc, then
-``url_fp`` (a total order, so the list is deterministic): at most
+those, first the smallest virtual due time (``next_fetch_time`` minus the URL's
+head start for importance, depth and duplicates: ``jobs/priority.py``, the
+``[priority]`` keys; a URL that waits passes better ones that came later, so none
+starves), then ``score`` desc, ``next_fetch_time`` asc, ``url_fp`` (a total
+order, so the list is deterministic): at most
 ``max_per_host`` per host (or the host's ``hosts.round_cap`` when trap
 throttling lowered it) and never more than the host's remaining page budget,
 and, when ``generate.max_urls_per_host`` is 0, never more than
@@ -60,7 +63,7 @@ import math
 from typing import Any
 
 from crawl_udfs.config import Config, ConfigError
-from jobs import common, faults, ledger, pending_round, resolve
+from jobs import common, faults, ledger, pending_round, priority, resolve
 from schemas import counters
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import FETCH_LIST, TABLES
@@ -122,7 +125,8 @@ def host_cap(*, max_per_host: int, max_pages_per_host: int, delay_window_s: floa
 
 def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_share: float,
                n_partitions: int, max_pages_per_host: int, max_bytes_per_host: int,
-               delay_window_s: float | None, pattern_action: str | None = None, pattern_score_factor: float = 1.0):
+               delay_window_s: float | None, weights: priority.Weights, pattern_action: str | None = None,
+               pattern_score_factor: float = 1.0):
     """The fetch list (FETCH_LIST columns without ``round``, plus a boolean ``discovery``) of ``crawldb`` at ``now``.
 
     ``crawldb`` and ``hosts`` are DataFrames with the CRAWLDB and HOSTS columns
@@ -130,11 +134,13 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     ``delay_window_s`` (see :func:`delay_window_s`), a host is also given no more
     than floor(delay_window_s / its delay) URLs, its delay being the larger of
     ``hosts.delay_s`` (the effective delay its last task ended with) and
-    ``hosts.crawl_delay_s``: a host with Crawl-delay 10 gets a tenth of a 1 s host's.
+    ``hosts.crawl_delay_s``: a host with Crawl-delay 10 gets a tenth of a 1 s host's. ``weights``:
+    the ``[priority]`` head-start keys (:class:`jobs.priority.Weights`).
 
     A URL matching one of its host's learnt ``hosts.dup_patterns`` (``jobs/pattern_transforms.py``)
     is left out with ``pattern_action`` "skip", or has its score multiplied by
-    ``pattern_score_factor`` with "lower" (``dedup.pattern_action``); None ignores the patterns.
+    ``pattern_score_factor`` with "lower" (``dedup.pattern_action``), and counts as a duplicate in its
+    head start; None ignores the patterns.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -144,14 +150,14 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     if n_partitions < 1:
         raise ValueError(f"n_partitions must be >= 1, got {n_partitions}")
     top_n, max_per_host = int(top_n), int(max_per_host)
-    order = (F.col("score").desc(), F.col("next_fetch_time").asc(), F.col("url_fp").asc())
+    order = priority.order()
     now_lit = F.lit(now).cast("timestamp")
 
     due = (due_urls(crawldb, now)
            .select("url_fp", "host", "status", "next_fetch_time", "score", "depth", "redirect_hops", "etag",
                    "last_modified", F.col("digest").alias("prev_digest"),
                    F.col("warc_record_id").alias("prev_warc_record_id"),
-                   F.col("warc_fetch_time").alias("prev_fetch_time"), "url"))
+                   F.col("warc_fetch_time").alias("prev_fetch_time"), "url", "importance"))
     host_info = hosts.select("host", "ip", "parked_until", "pages_fetched", "bytes_fetched", "round_cap",
                              "delay_s", "crawl_delay_s", "dup_patterns")
     remaining = host_cap(max_per_host=max_per_host, max_pages_per_host=max_pages_per_host,
@@ -161,8 +167,11 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
                .where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))
                .withColumn("remaining", remaining)
                .where(F.col("remaining") > 0))
+    lowered = None
     if pattern_action is not None:
         allowed = by_patterns(allowed, pattern_action, pattern_score_factor)
+        lowered = F.col(LOWERED) if LOWERED in allowed.columns else None
+    allowed = priority.with_virtual_due(allowed, weights, lowered=lowered)
 
     # Per-host cap. The literal bound lets Spark insert a map-side per-host top-k.
     per_host = (allowed.withColumn("host_rank", F.row_number().over(Window.partitionBy("host").orderBy(*order)))
@@ -188,9 +197,13 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     return chosen.withColumn("partition", partition).select(*LIST_COLUMNS, "discovery")
 
 
+#: Column :func:`by_patterns` adds under "lower": the URL matches a learnt pattern (a duplicate's head start).
+LOWERED = "_lowered"
+
+
 def by_patterns(due, action: str, score_factor: float):
     """``due`` (with ``url``, ``score`` and the host's ``dup_patterns``) without the URLs matching a learnt
-    pattern (``action`` "skip"), or with their score x ``score_factor`` ("lower")."""
+    pattern (``action`` "skip"), or with their score x ``score_factor`` and :data:`LOWERED` set ("lower")."""
     from pyspark.sql import functions as F
 
     from jobs.pattern_transforms import skipped
@@ -198,8 +211,8 @@ def by_patterns(due, action: str, score_factor: float):
     if action == "skip":
         return due.where(~hit)
     if action == "lower":
-        return due.withColumn("score", F.when(hit, F.col("score") * F.lit(float(score_factor)))
-                              .otherwise(F.col("score")))
+        return (due.withColumn(LOWERED, F.coalesce(hit, F.lit(False)))
+                .withColumn("score", F.when(hit, F.col("score") * F.lit(float(score_factor))).otherwise(F.col("score"))))
     raise ConfigError(f"dedup.pattern_action must be skip or lower, got {action!r}")
 
 
@@ -251,7 +264,7 @@ def _write_list(spark, conf: Config, n: int, now, pending: dict | None):
                           n_partitions=fetch_partitions(spark, conf),
                           max_pages_per_host=conf.budget.max_pages_per_host,
                           max_bytes_per_host=conf.budget.max_bytes_per_host,
-                          delay_window_s=delay_window_s(conf),
+                          delay_window_s=delay_window_s(conf), weights=priority.Weights.of(conf.priority),
                           pattern_action=conf.dedup.pattern_action if conf.dedup.learn_patterns else None,
                           pattern_score_factor=conf.dedup.pattern_score_factor).persist(StorageLevel.MEMORY_AND_DISK)
     try:

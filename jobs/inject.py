@@ -21,6 +21,13 @@ is raised to at least ``boost`` and it is made due now
 (``next_fetch_time = least(next_fetch_time, now)``); its status is kept, so a
 URL in a final state stays there. New URLs injected with a boost start at
 ``max(inject.score, boost)``, so every seed named ends with at least that score.
+With ``due_now`` (``deltacrawl inject --due-now``, the operator's hint), every seed
+named, new or known, is made due ``priority.due_now_s`` before now
+(``next_fetch_time = least(next_fetch_time, now - due_now_s)``): generate's order
+(``jobs/priority.py``) serves the smallest ``next_fetch_time`` minus head start
+first, so the next round lists it ahead of every URL that has waited less, within
+its host's cap, politeness and budget; its status is kept as with ``boost``. The
+count ``boosted`` is the known URLs either hint changed.
 A MERGE is committed only when it changes something: injecting the same seeds
 twice leaves the table at the same version.
 """
@@ -80,15 +87,17 @@ def parse_seeds(lines, conf: Config):
     return kept.mapInPandas(_normalize_batches(conf), SEED_SCHEMA)
 
 
-def new_rows(seeds, *, now, score: float, fetch_interval_s: float):
-    """Valid seeds -> CRAWLDB rows of never-seen URLs, one per ``url_fp`` (what the MERGE inserts)."""
+def new_rows(seeds, *, now, score: float, fetch_interval_s: float, due=None):
+    """Valid seeds -> CRAWLDB rows of never-seen URLs, one per ``url_fp`` (what the MERGE inserts), due at
+    ``due`` (default ``now``)."""
     from pyspark.sql import functions as F
 
     ts = F.lit(now).cast("timestamp")
+    due_ts = F.lit(due or now).cast("timestamp")
     zero = F.lit(0)
     rows = (seeds.where(F.col("reason").isNull()).select("url_fp", "host", "url").dropDuplicates(["url_fp"])
             .select("url_fp", "host", "url", F.lit(Status.UNFETCHED.value).alias("status"),
-                    ts.alias("next_fetch_time"), F.lit(float(score)).alias("score"), zero.alias("depth"),
+                    due_ts.alias("next_fetch_time"), F.lit(float(score)).alias("score"), zero.alias("depth"),
                     zero.alias("redirect_hops"), zero.alias("retries"), zero.alias("fetch_count"),
                     zero.alias("change_count"), zero.alias("unchanged_count"),
                     F.lit(float(fetch_interval_s)).alias("fetch_interval_s"), ts.alias("first_seen"),
@@ -121,43 +130,49 @@ def _read_sources(spark, sources: Iterable[str]):
     return out
 
 
-def run(spark, conf: Config, sources: list[str], *, boost: float | None = None, now=None) -> dict[str, Any]:
+def run(spark, conf: Config, sources: list[str], *, boost: float | None = None, due_now: bool = False,
+        now=None) -> dict[str, Any]:
     """Inject ``sources`` (URLs and/or seed files) into crawldb. Returns the counts."""
+    import datetime as dt
+
     from pyspark import StorageLevel
 
     crawldb = common.read(spark, conf, "crawldb")  # ConfigError when the tables are missing
     now = now or common.now_utc()
+    due = now - dt.timedelta(seconds=float(conf.priority.due_now_s)) if due_now else None
     score = conf.inject.score if boost is None else max(conf.inject.score, float(boost))
     seeds = parse_seeds(_read_sources(spark, sources), conf).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        counts = _count(seeds, crawldb, boost=boost, now=now)  # materialises the cache
+        counts = _count(seeds, crawldb, boost=boost, due=due, now=now)  # materialises the cache
         examples = [{"line": r.raw, "reason": r.reason}
                     for r in seeds.where("reason IS NOT NULL").limit(EXAMPLES).collect()]
         if counts["inserted"] or counts["boosted"]:
-            source = new_rows(seeds, now=now, score=score, fetch_interval_s=conf.schedule.default_interval_s)
-            _merge(spark, conf, source, boost=boost, now=now)
+            source = new_rows(seeds, now=now, score=score, fetch_interval_s=conf.schedule.default_interval_s, due=due)
+            _merge(spark, conf, source, boost=boost, due=due, now=now)
     finally:
         seeds.unpersist()
     return {**counts, "examples": examples}
 
 
-def _boost_condition(boost: float | None, now):
-    """Existing rows a boost changes (a Column over alias ``t``), or None without a boost."""
+def _hint_condition(boost: float | None, due, now):
+    """Existing rows a boost or a due-now hint (``due``: the time they become due) changes (a Column over
+    alias ``t``), or None without either."""
     from pyspark.sql import functions as F
 
-    if boost is None:
+    if boost is None and due is None:
         return None
-    return (F.col("t.score") < F.lit(float(boost))) | (F.col("t.next_fetch_time") > F.lit(now).cast("timestamp"))
+    cond = F.col("t.next_fetch_time") > F.lit(due or now).cast("timestamp")
+    return cond | (F.col("t.score") < F.lit(float(boost))) if boost is not None else cond
 
 
-def _count(seeds, crawldb, *, boost: float | None, now) -> dict[str, int]:
+def _count(seeds, crawldb, *, boost: float | None, due, now) -> dict[str, int]:
     """Seed counts and what the MERGE would do (new URLs, URLs a boost changes), in one pass."""
     from pyspark.sql import functions as F
 
     target = crawldb.select("url_fp", "score", "next_fetch_time").alias("t")
     joined = seeds.alias("s").join(target, F.col("s.url_fp") == F.col("t.url_fp"), "left")
     valid = F.col("s.reason").isNull()
-    cond = _boost_condition(boost, now)
+    cond = _hint_condition(boost, due, now)
     boosted = (F.countDistinct(F.when(valid & F.col("t.url_fp").isNotNull() & cond, F.col("s.url_fp")))
                if cond is not None else F.lit(0))
     row = joined.agg(
@@ -170,14 +185,15 @@ def _count(seeds, crawldb, *, boost: float | None, now) -> dict[str, int]:
     return row.asDict()
 
 
-def _merge(spark, conf: Config, source, *, boost: float | None, now) -> None:
+def _merge(spark, conf: Config, source, *, boost: float | None, due, now) -> None:
     from pyspark.sql import functions as F
 
     merge = common.table(spark, conf, "crawldb").alias("t").merge(source.alias("s"), "t.url_fp = s.url_fp")
-    cond = _boost_condition(boost, now)
+    cond = _hint_condition(boost, due, now)
     if cond is not None:
+        score = F.col("t.score") if boost is None else F.greatest(F.col("t.score"), F.lit(float(boost)))
         merge = merge.whenMatchedUpdate(condition=cond, set={
-            "score": F.greatest(F.col("t.score"), F.lit(float(boost))),
-            "next_fetch_time": F.least(F.col("t.next_fetch_time"), F.lit(now).cast("timestamp")),
+            "score": score,
+            "next_fetch_time": F.least(F.col("t.next_fetch_time"), F.lit(due or now).cast("timestamp")),
         })
     merge.whenNotMatchedInsertAll().execute()

@@ -23,6 +23,9 @@ Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms
    ``txnAppId = deltacrawl-update-<table>``, ``txnVersion = N``: a rerun of round N appends nothing.
 4. Ledger N ``updated`` with its counters (``schemas/counters.py``, verb update) and ``seconds.update`` (and
    ``seconds.round`` when ``rounds.crawl`` passes the round's start).
+5. When N is a multiple of ``importance.every_rounds``: link importance recomputed
+   (``jobs/importance.py``, its own MERGE of ``crawldb.importance``, a column the MERGE of step 1
+   never rewrites). After the ledger write, so a crash there costs one refresh, not the round.
 
 State-transition table: one row per (outcome / status code); base = the page
 row's fetch_time, or the update's ``now`` when nothing was sent; intervals are
@@ -256,7 +259,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from crawl_udfs.config import Config
-from jobs import common, faults, ledger
+from jobs import common, faults, importance, ledger
 from jobs import crawldb_slice as S
 from jobs import dedup_transforms as D
 from jobs import hosts_transforms as HT
@@ -392,7 +395,8 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
     row = ledger.set_state(spark, conf, n, "updated", counts=counters.checked("update", counts), seconds=seconds,
                            old=row)
     _remove(staging_dir(conf, n))
-    return {"round": n, "skipped": False, **counts, "row": row}
+    ranked = importance.run(spark, conf) if importance.due(conf, n) else {}  # after the round: a crash skips one
+    return {"round": n, "skipped": False, **counts, **ranked, "row": row}
 
 
 def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str, int]:
@@ -470,11 +474,16 @@ def _tagged(spark, tag: str):
     return common.session_conf(spark, {_META: tag, **common.STABLE_MERGE_SOURCE})
 
 
+#: Crawl-DB columns update never rewrites on a known URL (another step owns them; a new URL starts null).
+NOT_UPDATED = ("importance",)  # jobs/importance.py
+
+
 def _merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
     cols = {f.name: f"s.`{f.name}`" for f in CRAWLDB.fields}
+    owned = {c: v for c, v in cols.items() if c not in NOT_UPDATED}
     with _tagged(spark, tag):
         (common.table(spark, conf, "crawldb").alias("t").merge(source.alias("s"), "t.url_fp = s.url_fp")
-         .whenMatchedUpdate(condition=f"s._kind IN ('update', 'budget') AND t.updated_round < {n}", set=cols)
+         .whenMatchedUpdate(condition=f"s._kind IN ('update', 'budget') AND t.updated_round < {n}", set=owned)
          .whenMatchedUpdate(condition=f"s._kind = 'repoint' AND t.updated_round < {n}",
                             set={c: f"s.`{c}`" for c in ("status", "dup_of", "updated_round")})
          .whenNotMatchedInsert(condition="s._kind IN ('update', 'new')", values=cols)

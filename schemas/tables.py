@@ -67,6 +67,10 @@ CRAWLDB = StructType([
        "proportion to change_intervals_s"),
     _f("change_rate", DoubleType(), True, "estimated changes per second (the MAP estimate, with the host prior)"),
     _f("gone_checks", IntegerType(), True, "consecutive 404/410 answers (retired at schedule.gone_checks)"),
+    # link importance (jobs/importance.py); last, so `init` appends it to old tables
+    _f("importance", DoubleType(), True,
+       "host-damped PageRank over the links table x the URLs counted (mean <= 1), refreshed every "
+       "importance.every_rounds rounds; generate's priority reads it (null: not computed yet, the score stands in)"),
 ])
 
 #: One learnt URL pattern of a host (crawl_udfs/url_patterns.py), with the evidence it was learnt from.

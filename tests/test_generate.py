@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from crawl_udfs import config
 from crawl_udfs.config import ConfigError
 from crawl_udfs.url_normalize import fingerprint, host_of
-from jobs import cli, common, generate, ledger
+from jobs import cli, common, generate, ledger, priority
 from schemas.tables import CRAWLDB, HOSTS, TABLES
 
 pytestmark = pytest.mark.spark
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.spark
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0)
 PAST = NOW - dt.timedelta(hours=1)
 FUTURE = NOW + dt.timedelta(hours=1)
+WEIGHTS = priority.Weights.of(config.defaults().priority)
 
 
 URL = [f.name for f in CRAWLDB.fields].index("url")  # a url_row tuple's URL
@@ -47,7 +48,7 @@ def host_row(host: str, *, ip=None, parked_until=None, pages_fetched: int = 0, b
 
 def select(spark, urls, hosts=(), **kw):
     args = dict(now=NOW, max_per_host=100, top_n=100, discovery_share=0.5, n_partitions=4, max_pages_per_host=1000,
-                max_bytes_per_host=10**9, delay_window_s=None)
+                max_bytes_per_host=10**9, delay_window_s=None, weights=WEIGHTS)
     args.update(kw)
     df = generate.select_due(spark.createDataFrame(list(urls), CRAWLDB), spark.createDataFrame(list(hosts), HOSTS),
                              **args)
@@ -236,7 +237,7 @@ def test_per_host_cap_is_a_map_side_top_k(spark):
     df = generate.select_due(spark.createDataFrame([url_row("http://a.test/")], CRAWLDB),
                              spark.createDataFrame([], HOSTS), now=NOW, max_per_host=50, top_n=1000,
                              discovery_share=0.5, n_partitions=2, max_pages_per_host=10,
-                             max_bytes_per_host=10**9, delay_window_s=900.0)
+                             max_bytes_per_host=10**9, delay_window_s=900.0, weights=WEIGHTS)
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "WindowGroupLimit" in plan and "TakeOrderedAndProject" in plan
 

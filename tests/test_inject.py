@@ -6,12 +6,13 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
 from crawl_udfs import config
 from crawl_udfs.config import ConfigError
 from crawl_udfs.url_normalize import fingerprint
 from jobs import cli, common, inject
-from schemas.tables import CRAWLDB, TABLES
+from schemas.tables import CRAWLDB, HOSTS, TABLES
 
 pytestmark = pytest.mark.spark
 
@@ -135,3 +136,43 @@ def test_bad_sources_and_missing_tables_are_one_line_errors(spark, conf, tmp_pat
         inject.run(spark, empty, ["http://a.test/"])
     assert "init" in str(e.value) and "\n" not in str(e.value)
     assert cli.main(["--set", f'storage.root="{tmp_path / "none"}"', "inject", "http://a.test/"]) == 2
+
+
+def test_due_now_hint_through_the_cli_puts_urls_ahead_of_the_schedule(spark, tmp_path):
+    from jobs import generate, priority
+    root = tmp_path / "crawl"
+    overlay = tmp_path / "conf.toml"
+    overlay.write_text(f'[storage]\nroot = "{root}"\n[spark]\nshuffle_partitions = 4\n')
+    c = config.load([overlay])
+    common.ensure_tables(spark, c)
+    wall = common.now_utc()
+    old = {f.name: None for f in CRAWLDB.fields}
+    old.update(status="fetched", depth=1, redirect_hops=0, retries=0, fetch_count=1, change_count=0,
+               unchanged_count=0, fetch_interval_s=604800.0, first_seen=wall, discovered_round=1, updated_round=1)
+    # k.test/known is not due for a week; k.test/best, its host's best URL by far, is due since an hour
+    rows = [dict(old, url=u, url_fp=fingerprint(u), host="k.test", score=s, next_fetch_time=t)
+            for u, s, t in [("http://k.test/known", 0.001, wall + dt.timedelta(days=7)),
+                            ("http://k.test/best", 1000.0, wall - dt.timedelta(hours=1))]]
+    (common.conform(spark.createDataFrame([tuple(r[f.name] for f in CRAWLDB.fields) for r in rows], CRAWLDB),
+                    TABLES["crawldb"]).write.format("delta").mode("append").save(common.table_path(c, "crawldb")))
+    hint = tmp_path / "hint.txt"
+    hint.write_text("http://k.test/known\nhttp://k.test/new\n")
+
+    assert cli.main(["--conf", str(overlay), "inject", "--due-now", str(hint)]) == 0
+    db = _crawldb(spark, c)
+    ahead = wall - dt.timedelta(seconds=c.priority.due_now_s)
+    for url in ("http://k.test/known", "http://k.test/new"):
+        assert ahead <= db[url]["next_fetch_time"] <= ahead + dt.timedelta(minutes=10), url
+    assert (db["http://k.test/known"]["status"], db["http://k.test/known"]["score"]) == ("fetched", 0.001)
+    assert db["http://k.test/best"]["next_fetch_time"] == wall - dt.timedelta(hours=1)
+
+    # one URL of k.test a round: the hinted ones go first, the best by score after them
+    weights = priority.Weights.of(c.priority)
+    listed: list[str] = []
+    for _ in range(3):
+        got = generate.select_due(common.read(spark, c, "crawldb").where(~F.col("url").isin(listed)),
+                                  spark.createDataFrame([], HOSTS), now=common.now_utc(), max_per_host=1, top_n=10,
+                                  discovery_share=0.5, n_partitions=1, max_pages_per_host=100,
+                                  max_bytes_per_host=10**9, delay_window_s=None, weights=weights).collect()
+        listed += [r.url for r in got]
+    assert listed[2] == "http://k.test/best" and set(listed[:2]) == {"http://k.test/known", "http://k.test/new"}
