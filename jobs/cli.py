@@ -9,7 +9,9 @@ modules have no ``main()`` of their own.
 
 The verbs that write (:data:`WRITERS`) run holding the crawl lease
 (:mod:`jobs.lease`): a second writer on the same ``storage.root`` exits at once
-with status 3 and one line naming the holder. They also keep the ``rounds`` table
+with status 3 and one line naming the holder. ``generate`` exits with status 4 when
+nothing is due and no round is unfinished (no round opened: there is nothing to
+fetch or update), so a scheduler can skip the rest of the round (``airflow_dags/``). They also keep the ``rounds`` table
 following the ledger's records, flushed before they exit (:mod:`jobs.ledger_mirror`). ``sql``, ``status`` and ``export``
 only read committed snapshots and run beside a writer.
 """
@@ -28,6 +30,8 @@ from crawl_udfs.config import ConfigError
 WRITERS = ("init", "inject", "generate", "fetch", "update", "round", "crawl", "rank")
 #: Exit status of a writer refused because another one holds the lease.
 EXIT_LEASE_HELD = 3
+#: Exit status of ``generate`` when nothing is due: no round was opened and none is unfinished.
+EXIT_NOTHING_DUE = 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -119,7 +123,11 @@ def _run(spark, conf, args) -> int:
         _print_counts("inject", inject.run(spark, conf, args.sources, boost=args.boost, due_now=args.due_now))
     elif args.command == "generate":
         from jobs import generate
-        _print_counts("generate", generate.run(spark, conf))
+        counts = generate.run(spark, conf)
+        if counts["round"] is None:
+            print("generate: nothing is due; no round opened")
+            return EXIT_NOTHING_DUE
+        _print_counts("generate", counts)
     elif args.command == "fetch":
         from jobs import fetch
         _print_counts("fetch", fetch.run(spark, conf))
