@@ -96,7 +96,10 @@ def hosts_after(hosts: DataFrame, fetch_output: DataFrame, conf, *, round_no: in
     counts = pages.groupBy("host").agg(
         F.sum(F.when(answered, 1).otherwise(0)).cast("long").alias("p_pages"),
         F.sum(F.when(answered, F.coalesce(F.col("wire_bytes"), F.lit(0))).otherwise(0)).cast("long").alias("p_bytes"),
-        F.lit(0).cast("long").alias("p_dups"), F.lit(0).cast("long").alias("p_new"))
+        F.lit(0).cast("long").alias("p_dups"), F.lit(0).cast("long").alias("p_new"),
+        # the change history of revisits is update N's to add (the schedule's host prior); the view keeps the old
+        F.lit(0).cast("long").alias("p_revisits"), F.lit(0).cast("long").alias("p_revisit_changes"),
+        F.lit(0.0).alias("p_revisit_span"))
     merged = F.col("updated_round") >= F.lit(int(round_no))
     pending = fetch_output.where(F.col("kind") == "host").join(hosts.where(merged).select("host"), "host", "left_anti")
     counts = counts.join(pending.select("host").distinct(), "host", "left_semi")
