@@ -2,7 +2,7 @@
 
 No table is read or written here (STYLE.md rule 2); ``jobs/update.py`` pins the
 inputs to one table version each and writes the outputs. The state-transition
-table these functions implement is in the docstring of ``jobs/update.py``.
+table these functions implement is in ``docs/UPDATE.md``.
 
 Pipeline (each step a function, each tested on small DataFrames):
 
@@ -93,7 +93,7 @@ def prepare(pages: DataFrame, fetch_list: DataFrame, crawldb: DataFrame | None) 
 
 
 def category(outcome: Column, code: Column) -> Column:
-    """The transition-table row of a page row (see ``jobs/update.py``).
+    """The transition-table row of a page row (see ``docs/UPDATE.md``).
 
     Whether a redirect is followed is the fetch task's decision (``crawl_udfs.classify``):
     it arrives as the outcome, never inferred here from ``error_class``.
