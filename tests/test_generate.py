@@ -38,11 +38,12 @@ def url_row(url: str, *, status: str = "unfetched", due: dt.datetime = PAST, sco
 
 
 def host_row(host: str, *, ip=None, parked_until=None, pages_fetched: int = 0, bytes_fetched: int = 0,
-             round_cap: int | None = None, delay_s: float | None = None, crawl_delay_s: float | None = None) -> tuple:
+             round_cap: int | None = None, delay_s: float | None = None, crawl_delay_s: float | None = None,
+             dup_patterns: list | None = None) -> tuple:
     row = {f.name: None for f in HOSTS.fields}
     row.update(host=host, ip=ip, parked_until=parked_until, pages_fetched=pages_fetched, consecutive_failures=0,
                bytes_fetched=bytes_fetched, requests=0, duplicate_pages=0, new_content_pages=0, updated_round=1,
-               round_cap=round_cap, delay_s=delay_s, crawl_delay_s=crawl_delay_s)
+               round_cap=round_cap, delay_s=delay_s, crawl_delay_s=crawl_delay_s, dup_patterns=dup_patterns)
     return tuple(row[f.name] for f in HOSTS.fields)
 
 

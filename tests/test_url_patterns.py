@@ -124,7 +124,7 @@ def test_learn_print_versions_variants_and_sessions_not_originals_nor_pagination
 def test_generate_skips_or_lowers_the_urls_of_a_learnt_pattern(spark):
     from tests.test_generate import host_row, select, url_row, urls_of
     rules = [dict(PRINT, pages=12, dup_share=1.0), dict(REF_FRONT, pages=12, dup_share=1.0)]
-    hosts = [host_row("o.test")[:-1] + (rules,), host_row("p.test")]
+    hosts = [host_row("o.test", dup_patterns=rules), host_row("p.test")]
     urls = [url_row("http://o.test/article/1.html", score=1.0), url_row("http://o.test/print/article/1.html", score=2.0),
             url_row("http://o.test/article/1.html?ref=front", score=3.0, status="duplicate"),
             url_row("http://p.test/print/article/1.html")]  # another host's rules are not its own
