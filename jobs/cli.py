@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override one key, e.g. --set politeness.host_delay_s=2")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--verbose", action="store_true",
+                   help="show the JVM's, Ivy's and Spark's log lines on the console (default: a file under "
+                        "spark.log_dir, named when a command fails)")
     p.add_argument("--force", action="store_true",
                    help="take the crawl lease even from a live holder. RISKS: if that holder still runs, two "
                         "fetchers hit the same web (requests closer than the host delay) until it notices at its "
@@ -74,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        conf = config.load(args.conf, args.overrides)
+        conf = config.load(args.conf, args.overrides + (["spark.verbose=true"] if args.verbose else []))
         return _dispatch(args, conf)
     except ConfigError as e:
         from jobs.lease import LeaseHeld
@@ -92,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug or os.environ.get("DELTACRAWL_DEBUG"):
             raise
         from jobs.common import error_hint, error_line
-        print(f"deltacrawl: {args.command} failed: {error_line(e)}; {error_hint(e)}", file=sys.stderr)
+        from jobs.spark_log import current
+        log = f" (Spark's log: {current()})" if current() else ""
+        print(f"deltacrawl: {args.command} failed: {error_line(e)}; {error_hint(e)}{log}", file=sys.stderr)
         return 1
 
 
