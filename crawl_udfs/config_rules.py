@@ -154,6 +154,7 @@ RULES: dict[str, Check] = {
     "fetch.tail_rate_share": SHARE,
     "fetch.tail_rate_window_s": above(0),
     "fetch.tail_patience_s": SECONDS,
+    "fetch.progress_every_s": SECONDS,
     "fetch.max_redirect_hops": COUNT_OR_ZERO,
     "fetch.dns_ttl_s": SECONDS,
     "fetch.dns_timeout_s": above(0),

@@ -7,6 +7,7 @@ tests/test_errors.py::test_unreachable_storage_root.
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 
 from crawl_udfs import config
@@ -52,3 +53,48 @@ def test_the_first_start_names_only_the_packages_missing_from_the_ivy_cache(tmp_
     assert spark_log.missing_packages(packages, [f"spark.jars.ivy={tmp_path}"]) == [
         "org.apache.hadoop:hadoop-aws:3.4.1"]
     assert spark_log.missing_packages(packages, [f"spark.jars.ivy={tmp_path / 'empty'}"]) == packages.split(",")
+
+
+# -- the live line of a fetch (jobs/progress.py) --------------------------------------------------
+def _snap(pages, followed=0, hosts=10, busy=10, done=False):
+    return {"pages": pages, "urls": pages + 5, "followed": followed, "hosts": hosts, "busy_hosts": busy,
+            "seconds": 1.0, "done": done}
+
+
+def test_task_snapshots_are_replaced_whole_and_summed_into_one_line(tmp_path):
+    from jobs import progress
+    d = progress.round_dir(str(tmp_path / "warc"), 3)
+    progress.TaskProgress(d, 0, 0)(_snap(5))
+    progress.TaskProgress(d, 0, 1)(_snap(7, followed=2, busy=4))   # a retried attempt replaces the first
+    progress.TaskProgress(d, 1, 0)(_snap(100, hosts=20, busy=0, done=True))
+    snaps = progress.read(d)
+    assert sorted(s["pages"] for s in snaps) == [7, 100]
+    assert progress.line(3, 2, snaps, 12.34) == ("fetch round 3: 1/2 tasks done, 107 pages (2 followed in-round), "
+                                                 "12.3 pages/s, 26/30 hosts finished")
+    assert progress.read(str(tmp_path / "nothing-here")) == []
+
+
+def test_the_live_line_prints_plain_lines_off_a_terminal_and_cleans_up(tmp_path):
+    import io
+    from jobs import progress
+    d = progress.round_dir(str(tmp_path / "warc"), 1)
+    out = io.StringIO()
+    with progress.LiveLine(d, 1, 1, every_s=0.05, out=out) as live:
+        writer = progress.TaskProgress(d, 0, 0)
+        for pages in (1, 2, 3):
+            writer(_snap(pages))
+            time.sleep(0.2)
+        writer(_snap(4, busy=0, done=True))
+    lines = out.getvalue().splitlines()
+    assert lines[-1].startswith("fetch round 1: 1/1 tasks done, 4 pages") and "\r" not in out.getvalue()
+    assert len(lines) == 2  # the first tick, then the last: plain lines come every PLAIN_EVERY_S, not per tick
+    assert live.last == lines[-1] and not (tmp_path / "warc" / progress.PROGRESS).exists()
+
+
+def test_no_live_line_when_progress_is_off(tmp_path):
+    import io
+    from jobs import progress
+    out = io.StringIO()
+    with progress.LiveLine(progress.round_dir(str(tmp_path), 1), 1, 1, every_s=0, out=out):
+        pass
+    assert out.getvalue() == ""
