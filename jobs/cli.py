@@ -12,7 +12,7 @@ The verbs that write (:data:`WRITERS`) run holding the crawl lease
 with status 3 and one line naming the holder. ``generate`` exits with status 4 when
 nothing is due and no round is unfinished (no round opened: there is nothing to
 fetch or update), so a scheduler can skip the rest of the round (``airflow_dags/``). They also keep the ``rounds`` table
-following the ledger's records, flushed before they exit (:mod:`jobs.ledger_mirror`). ``sql``, ``status`` and ``export``
+following the ledger's records, flushed before they exit (:mod:`jobs.ledger_mirror`). ``sql``, ``status``, ``report`` and ``export``
 only read committed snapshots and run beside a writer.
 """
 
@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     sq.add_argument("query")
     sq.add_argument("--format", choices=["table", "json", "csv"], default="table")
     sq.add_argument("--limit", type=int, default=1000, help="most rows printed (table format)")
+    rp = sub.add_parser("report", help="write a round's report (HTML + plots) under reports/round=N/ and print it")
+    rp.add_argument("--round", type=int, default=None, dest="round_no", help="default: the last round fetched")
+    rp.add_argument("--open", action="store_true", help="open the HTML page in a browser too")
     st = sub.add_parser("status", help="frontier size, due URLs, hosts, last rounds")
     st.add_argument("--hosts", action="store_true",
                     help="list every host out of budget, throttled or parked, with the reason")
@@ -153,6 +156,13 @@ def _run(spark, conf, args) -> int:
     elif args.command == "sql":
         common.register_tables(spark, conf)  # the names are for the query; every verb reads tables by path
         _sql(spark, args.query, args.format, args.limit)
+    elif args.command == "report":
+        from jobs import report
+        directory, md = report.run(spark, conf, args.round_no)
+        print(md + f"\nreport written to {directory}/index.html")
+        if args.open:
+            import webbrowser
+            webbrowser.open(f"{directory}/index.html" if "://" in directory else f"file://{directory}/index.html")
     elif args.command == "status":
         from jobs import status
         print(status.hosts_report(spark, conf) if args.hosts else status.report(spark, conf))

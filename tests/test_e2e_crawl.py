@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import collections
 import io
+from pathlib import Path
 
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs.partition import NOT_SENT
 from tests.urls import normalize
-from jobs import cli, common
+from jobs import cli, common, ledger
 from tests.summary import note
 from tests.testweb import TestWeb
 
@@ -134,3 +135,32 @@ def test_rerunning_finished_verbs_changes_nothing(spark, crawled):
     assert {n: sorted(map(str, _rows(spark, conf, n).collect())) for n in snapshot} == snapshot
     assert len(web.log()) == requests_before
     assert after == before
+
+
+def test_the_report_of_a_round_reads_at_a_glance(spark, crawled, capsys):
+    """``deltacrawl report``: the page, its Markdown and four PNG plots under reports/round=N/, numbers
+    from the ledger and the round's rows; a round never fetched is one clear line."""
+    from PIL import Image
+    from pyspark.sql import functions as F
+
+    web, conf, base, log, v = crawled
+    capsys.readouterr()
+    assert cli.main(base + ["report", "--round", "2"]) == 0
+    printed = capsys.readouterr().out
+    d = Path(common.root(conf)) / "reports" / "round=2"
+    assert f"report written to {d}/index.html" in printed
+    page = (d / "index.html").read_text()
+    for name in ("pages_per_s.png", "outcomes.png", "slowest_hosts.png", "rounds.png"):
+        with Image.open(d / name) as im:
+            assert im.size[0] >= 600 and len(im.getcolors(maxcolors=100000) or ()) > 20, name  # drawn, not blank
+        assert f'src="{name}"' in page
+    row = ledger.get_round(spark, conf, 2)
+    ok = row["counts"]["fetched_ok"]
+    assert f"ok={ok}" in page and f"ok={ok}" in (d / "report.md").read_text()
+    pages = _rows(spark, conf, "fetch_output").where("round = 2 AND kind = 'page'")
+    per_host = {r["host"]: r["t"] for r in pages.groupBy("host").agg(F.sum(F.coalesce("t_total_ms", F.lit(0)) + F.coalesce(
+        "politeness_wait_ms", F.lit(0))).alias("t")).collect()}
+    first_host = page.split("<tr><td>")[1].split("</td>")[0]
+    assert per_host[first_host] == max(per_host.values())  # the table starts with the slowest host
+    assert cli.main(base + ["report", "--round", str(ROUNDS + 5)]) == 2
+    assert "has not been fetched" in capsys.readouterr().err
