@@ -1,9 +1,10 @@
 """notebooks/freshness.ipynb runs on a small real crawl of the test web and draws its four figures.
 
-The crawl: a few sites and pages of the test web whose main text changes as Poisson processes at known
-rates, a few rounds under the adaptive policy with a re-visit interval of seconds, through the CLI in the
-suite's Spark session. The notebook then runs in its own kernel (nbclient, this interpreter), so its
-Spark session is a second JVM beside the suite's (local[1]), reading the committed tables.
+The crawl: the test web's live hosts alone (tests/testweb/live.py: pages whose main text changes as Poisson
+processes at known rates), three rounds under the nutch policy with intervals of seconds, so every page is
+re-visited twice; through the CLI in the suite's Spark session. The notebook then runs in its own kernel
+(nbclient, this interpreter), so its Spark session is a second JVM beside the suite's (local[1]), reading
+the committed tables; the test hands it the true rates as a CSV, as an operator who knew them would.
 """
 
 from __future__ import annotations
