@@ -96,8 +96,16 @@ ssrf
 - ``ssrf-links``: links to 127.0.0.1, intranet.bait.test, [::1], 127.66.0.1, localhost, 2130706433
   (decimal 127.0.0.1), admin.bait.test, and /to-* pages that redirect (301/302/307/308) to them
 
+live (opt-in: ``Knobs(live_hosts=H)``; none by default, so the counts above never change)
+- ``live-0.test`` ... : a home page listing ``/live/0`` ... ``/live/{live_pages-1}``, pages whose main text
+  changes as Poisson processes at known rates (log-uniform over live_rate_min..live_rate_max per nominal
+  second, ``live_time_scale`` real seconds each), with Last-Modified, ETag and 304s; the truth
+  (``tests/testweb/live.py``) is ``web.live`` and ``DIR/live.json``; ``tests/testweb/staleness.py``
+  judges a crawler's copies from the log. ``kinds=[]`` with ``n_hosts=0`` serves the live hosts alone.
+
 Request log (one JSON line per request, ``web.log()``): host, addr, path (path+query as sent), method, ua,
-peer, start, end, status, bytes (body bytes sent), kind, disallowed, in_retry_after, bait, aborted.
+peer, start, end, status, bytes (body bytes sent), kind, disallowed, in_retry_after, bait, aborted
+(and ``live_version``, the version served, for a live page).
 """
 
 from .analysis import Violations, analyze, read_log

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--n-hosts", type=int, default=50)
         p.add_argument("--seed", type=int, default=7)
-        p.add_argument("--kinds", default="", help="comma-separated kinds (default: all)")
+        p.add_argument("--kinds", default=None, help="comma-separated kinds (default: all; \"\": none)")
         p.add_argument("--knobs", default="{}", help="JSON object of Knobs fields")
         p.add_argument("--port", type=int, default=0, help="0: a free one")
     s = sub.choices["serve"]
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--cache-dir", type=Path, default=None, help="where compression bombs are cached")
     s.add_argument("--parent-pid", type=int, default=0, help="exit when this process is gone")
     args = ap.parse_args(argv)
-    kinds = tuple(k for k in args.kinds.split(",") if k) or None
+    kinds = None if args.kinds is None else tuple(k for k in args.kinds.split(",") if k)
     knobs = Knobs(**json.loads(args.knobs))
     if args.cmd == "plan":
         plan = build_plan(args.n_hosts, args.seed, args.port or 8080, kinds, knobs)

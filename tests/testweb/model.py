@@ -93,6 +93,12 @@ class Knobs:
                                                    # server builds a site on its first request (~10 ms a host),
                                                    # so a crawl's opening burst over hundreds of hosts meets
                                                    # second-long answers: benchmarks start warm
+    live_hosts: int = 0                            # hosts live-0.test ... whose /live/i pages change as Poisson
+                                                   # processes at known rates (tests/testweb/live.py); 0: none
+    live_pages: int = 15                           # live pages per live host
+    live_rate_min: float = 1 / 2000                # slowest change rate, per nominal second (log-uniform spread)
+    live_rate_max: float = 1 / 20                  # fastest change rate, per nominal second
+    live_time_scale: float = 1.0                   # real seconds per nominal second (the time compression)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -44,6 +44,7 @@ from pathlib import Path
 from aiohttp import web
 
 from . import realistic, render, robots
+from .live import LiveWeb, not_modified
 from .model import Knobs, Page, split_target
 from .sites import BAIT_ADDRESSES, HostPlan, Plan, build_plan
 
@@ -168,6 +169,7 @@ class TestWebServer:
         self.flaky: dict[str, random.Random] = {}
         self.sids = itertools.count()
         self.bombs: asyncio.Future | None = None
+        self.live = LiveWeb.from_knobs(plan.seed, self.knobs, self.started, plan.port) if self.knobs.live_hosts else None
         self._deep: bytes | None = None
 
     # -- state
@@ -359,6 +361,8 @@ class TestWebServer:
 
                 body, headers = brotli.compress(body), {"Content-Encoding": "br", "Vary": "Accept-Encoding"}
             return await self.send(request, ex, page.status, body, ctype, headers)
+        if b == "live":
+            return await self.serve_live(request, ex, h, page)
         if b == "file":
             ctype = page.content_type + (f"; charset={page.charset}" if page.charset else "")
             return await self.send_validated(request, ex, page.body or b"", ctype)
@@ -387,6 +391,24 @@ class TestWebServer:
             enc = "gzip" if b == "bomb-gzip" else "br"
             return await self.send(request, ex, 200, data, "text/html", {"Content-Encoding": enc})
         return await self.send(request, ex, 500, render.small(f"behaviour {b} is not served here"))
+
+    async def serve_live(self, request, ex: Exchange, h: HostPlan, page: Page) -> web.StreamResponse:
+        """The version of a live page at the request's start (``tests/testweb/live.py``), or 304."""
+        at = ex["start"]
+        version = self.live.version(h.name, page.path, at=at)
+        ex["live_version"] = version
+        validators = self.live.headers(h.name, page.path, version=version, at=at)
+        fresh = not_modified(validators["ETag"], self.live.last_modified(h.name, page.path, at=at),
+                             request.headers.get("If-None-Match"),
+                             _http_date(request.headers.get("If-Modified-Since")))
+        if not fresh:
+            return await self.send(request, ex, 200, self.live.body(h.name, page.path, version=version),
+                                   "text/html; charset=utf-8", validators)
+        resp = web.StreamResponse(status=304, headers={"Server": SERVER_HEADER, **validators})
+        ex["status"] = 304
+        await resp.prepare(request)
+        await resp.write_eof()
+        return resp
 
     # -- raw sockets (reset, malformed headers)
 
@@ -570,6 +592,8 @@ async def serve(n_hosts: int, seed: int, out_dir: Path, port: int | None = None,
     log_path = log_path or out_dir / "requests.jsonl"
     cache_dir = cache_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "deltacrawl-testweb-cache"
     srv = TestWebServer(plan, log_path, cache_dir)
+    if srv.live is not None:
+        srv.live.write(out_dir / "live.json")
     if knobs.warm:
         for h in plan.hosts.values():
             h.pages  # noqa: B018 - the cached property builds the site now, not on its first request
@@ -590,7 +614,8 @@ async def serve(n_hosts: int, seed: int, out_dir: Path, port: int | None = None,
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     info = {"port": port, "hosts_file": str(hosts_file), "log": str(log_path), "pid": os.getpid(),
-            "addresses": len(socks), "hosts": len(plan.hosts)}
+            "addresses": len(socks), "hosts": len(plan.hosts),
+            "live": str(out_dir / "live.json") if srv.live is not None else None}
     tmp = out_dir / "ready.json.tmp"
     tmp.write_text(json.dumps(info))
     os.replace(tmp, out_dir / "ready.json")

@@ -680,8 +680,18 @@ def _gen_ssrf(h: HostPlan) -> dict[str, Page]:
     return pages
 
 
+def _gen_live(h: HostPlan) -> dict[str, Page]:
+    """A live host's static home page and its live pages (served by version: ``tests/testweb/live.py``)."""
+    from .live import page_path
+
+    paths = [page_path(i) for i in range(h.plan.knobs.live_pages)]
+    home = Page("/", title=f"{h.name}: live pages", text=f"Pages of {h.name} that change as time goes.",
+                links=tuple(make_link(p, h.url("/"), h.url(p)) for p in paths))
+    return {"/": home, **{p: Page(p, behaviour="live") for p in paths}}
+
+
 _GENERATORS = {"site": _gen_site, "robots": _gen_robots, "trap": _gen_trap, "dup": _gen_dup,
-               "hostile": _gen_hostile, "ssrf": _gen_ssrf}
+               "hostile": _gen_hostile, "ssrf": _gen_ssrf, "live": _gen_live}
 
 
 # ------------------------------------------------------------------ the plan
@@ -791,4 +801,10 @@ def build_plan(n_hosts: int = 300, seed: int = 7, port: int = 0, kinds: tuple[st
         h = HostPlan(plan, name, "site", "ordinary", addr, SITE_ROBOTS[j % len(SITE_ROBOTS)], j)
         h.size = _site_size(h)
         plan.hosts[name] = h
+    for j in range(plan.knobs.live_hosts):  # opt-in (Knobs.live_hosts), after every other host and address
+        from .live import host_name
+
+        name = host_name(j)
+        plan.hosts[name] = HostPlan(plan, name, "live", str(j), address_of(first_site + n_sites + j), ALWAYS_ALLOW,
+                                    len(plan.hosts))
     return plan

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .analysis import Violations, analyze, read_log
+from .live import LiveWeb
 from .model import Knobs
 from .sites import CIDR, Plan, build_plan
 
@@ -50,6 +51,7 @@ class TestWeb:
         self.hosts_file: Path | None = None
         self.log_path: Path | None = None
         self.plan: Plan | None = None
+        self.live: LiveWeb | None = None  # the live pages' truth (knobs live_hosts > 0): tests/testweb/live.py
         build_plan(n_hosts, seed, 0, self.kinds, self.knobs)  # fail fast on bad arguments, before a subprocess
 
     def start(self) -> "TestWeb":
@@ -62,7 +64,7 @@ class TestWeb:
         if self.requested_port:
             cmd += ["--port", str(self.requested_port)]
         if self.kinds is not None:
-            cmd += ["--kinds", ",".join(self.kinds)]
+            cmd += ["--kinds", ",".join(self.kinds)]  # "" selects no kind (live hosts alone)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
         self._out = open(self.dir / "server.out", "wb")
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -77,6 +79,7 @@ class TestWeb:
         info = json.loads(ready.read_text())
         self.port, self.hosts_file, self.log_path = info["port"], Path(info["hosts_file"]), Path(info["log"])
         self.plan = build_plan(self.n_hosts, self.seed, self.port, self.kinds, self.knobs)
+        self.live = LiveWeb.load(info["live"]) if info.get("live") else None
         return self
 
     def stop(self) -> None:
