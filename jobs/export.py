@@ -51,7 +51,8 @@ holds only a URL's latest copy: an older capture keeps the verdict it had.
 Idempotent: everything is built in ``DIR/.export-tmp`` and then swapped for
 ``DIR/warc``, ``DIR/index`` and ``DIR/cdxj``; a rerun replaces the three
 cleanly (a leftover temp dir of a crashed run is removed first). Nothing else in
-``DIR`` is touched. ``DIR`` must be a local path (or a mount every Spark
+``DIR`` is touched. Once the swap is done, ``storage.root/exports/latest.json``
+names ``DIR`` (:mod:`jobs.export_record`): the export ``deltacrawl lookup`` reads. ``DIR`` must be a local path (or a mount every Spark
 executor sees under the same path).
 """
 
@@ -302,7 +303,7 @@ def run(spark, conf: Config, out_dir: str) -> dict[str, int]:
     """Export the whole crawl to ``out_dir`` (replacing an earlier export there). Returns counts."""
     from pyspark.sql import functions as F
 
-    from jobs import common
+    from jobs import common, export_record
 
     if "://" in out_dir:
         raise ConfigError(f"export --out must be a local path (or a shared mount), got {out_dir}")
@@ -341,4 +342,5 @@ def run(spark, conf: Config, out_dir: str) -> dict[str, int]:
     counts["index_rows"] = sum(by_subset.values())
     for s in SUBSETS:
         counts[f"index_{s}"] = by_subset.get(s, 0)
+    export_record.write(common.root(conf), out_dir, c.crawl_id, counts)  # what `deltacrawl lookup` reads
     return counts

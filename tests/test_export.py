@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,8 +26,9 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs import config, warc
 from crawl_udfs.url_normalize import fingerprint
-from jobs import cli, common, export, warc_staging
+from jobs import cli, common, export, export_record, lookup, warc_staging
 from schemas.tables import FETCH_LOG
+from tests.summary import note
 
 pytestmark = pytest.mark.spark
 
@@ -344,3 +346,89 @@ def test_index_and_crawl_db_agree_on_the_original(spark):
     log = T.fetch_log_rows(prepared, updated, round_no=1)
     in_index = {r.url: r.duplicate_of for r in export.index_rows(log, crawl_id="t").collect()}
     assert in_crawldb == in_index == {a: b, b: None, c: None}
+
+
+# -- deltacrawl lookup: one URL's captures from the export, without Spark ------------------------------
+def _lookup(conf, url: str, **kw) -> tuple[int, bytes, str]:
+    out, err = io.BytesIO(), io.StringIO()
+    rc = lookup.run(conf, url, out=out, err=err, **kw)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _row(exported, url: str, status: int) -> dict:
+    return next(r for r in exported["rows"] if r["url"] == url and r["status_code"] == status)
+
+
+def test_export_records_where_it_wrote(exported):
+    assert export_record.latest_dir(common.root(exported["conf"])) == str(exported["out"])
+
+
+def test_lookup_normalises_and_lists_every_capture(exported):
+    """Both captures of the first URL, asked for in a form the crawl DB would not key (case, default port,
+    fragment), oldest first, each with the record's date, status, digest and WARC pointer."""
+    url = PAGES[0][1]
+    rc, out, err = _lookup(exported["conf"], "HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top")
+    assert rc == 0 and err == ""
+    lines = out.decode().splitlines()
+    assert lines[0] == f"{url} (normalised from HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top): 2 capture(s) in " \
+                       f"{exported['out']}"
+    want = []
+    for status, subset, rnd in ((200, "warc", 1), (304, "crawldiagnostics", 2)):
+        r = _row(exported, url, status)
+        when = warc.warc_date(r["fetch_time"].replace(tzinfo=dt.timezone.utc).timestamp())
+        want.append(f"{when} {status} {r['digest']} warc/{r['warc_filename']} offset={r['warc_offset']} "
+                    f"length={r['warc_length']} subset={subset} round={rnd}")
+    assert lines[1:] == want
+
+
+def test_lookup_shows_duplicate_of(exported):
+    rc, out, _err = _lookup(exported["conf"], "http://www.example.com/")
+    assert rc == 0 and out.decode().splitlines()[1].endswith(f" duplicate_of={PAGES[0][1]}")
+
+
+def test_lookup_payload_of_a_response_and_of_a_revisit(exported):
+    """--payload: a response's stored payload; a 304 revisit stores none, so the original's it refers to."""
+    url, body = PAGES[0][1], PAGES[0][3]
+    rc, out, _err = _lookup(exported["conf"], url, with_payload=True)
+    first = warc.warc_date(_row(exported, url, 200)["fetch_time"].replace(tzinfo=dt.timezone.utc).timestamp())
+    text = out.decode()
+    assert rc == 0
+    assert text.count(f"--- payload: {len(body)} bytes ---\n{body.decode()}\n--- end of payload ---") == 1
+    assert text.count(f"--- payload: {len(body)} bytes, of the record of {first} it refers to ---\n"
+                      f"{body.decode()}\n--- end of payload ---") == 1
+
+
+def test_lookup_of_an_unknown_url_is_one_line_and_exit_1(exported):
+    rc, out, err = _lookup(exported["conf"], "http://www.example.com/never")
+    assert (rc, out) == (1, b"")
+    assert err == f"deltacrawl: lookup: no capture of http://www.example.com/never in {exported['out']}\n"
+    rc, _out, err = _lookup(exported["conf"], DENIED)  # fetched, but robots_denied: nothing stored
+    assert rc == 1 and err.count("\n") == 1
+
+
+def test_lookup_errors_are_one_line_and_exit_2(exported, tmp_path, capsys):
+    root = ["--set", f'storage.root="{tmp_path}"']
+    assert cli.main(root + ["lookup", "http://www.example.com/"]) == 2  # nothing exported under this root
+    assert "no export recorded" in capsys.readouterr().err
+    assert cli.main(root + ["lookup", "--export", str(exported["out"]), "ftp://www.example.com/"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert cli.main(root + ["lookup", "--export", str(tmp_path), "http://www.example.com/"]) == 2
+    assert "is not an export" in capsys.readouterr().err
+
+
+def test_lookup_runs_without_spark(exported):
+    """The CLI verb in a fresh interpreter: right answer, pyspark and py4j never imported, and fast."""
+    code = ("import json, sys, time; t = time.perf_counter(); from jobs import cli; "
+            f"rc = cli.main(['--set', 'storage.root=\"{exported['conf'].storage.root}\"', 'lookup', "
+            "'http://www.example.com/new', '--payload']); "
+            "spark = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')); "
+            "print(json.dumps([rc, spark, time.perf_counter() - t]), file=sys.stderr)")
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    wall = time.perf_counter() - t
+    rc, spark_modules, in_verb = json.loads(proc.stderr.decode().strip().splitlines()[-1])
+    assert (rc, spark_modules) == (0, []), proc.stderr.decode()
+    assert b"<html>new</html>" in proc.stdout and b" 200 sha1:" in proc.stdout
+    note(f"lookup: one URL and its payload in {wall * 1000:.0f} ms from process start "
+         f"({in_verb * 1000:.0f} ms after the interpreter started); pyspark never imported")
