@@ -223,8 +223,11 @@ def test_every_row_points_at_its_record(corpus, index, payload_digests):
         warc_date = dt.datetime.strptime(rec.warc_date, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
         assert row["fetch_time"] == warc_date, (where, rec.warc_date)  # fetch times are whole milliseconds
         assert row["crawl"] == conf.export.crawl_id
-        assert row["subset"] == ("warc" if 200 <= row["fetch_status"] < 300 else "crawldiagnostics"), where
+        robots = re.fullmatch(r"/robots[-\w]*\.txt", row["url_path"] or "")  # the test web's robots.txt and its hops
+        assert row["subset"] == ("robotstxt" if robots else "warc" if 200 <= row["fetch_status"] < 300
+                                 else "crawldiagnostics"), where
     assert revisits, "the second round's conditional GETs got no 304"
+    assert any(row["subset"] == "robotstxt" for row, _rec in index), "no robots.txt response in the corpus"
 
 
 def test_the_crawl_db_keeps_the_stored_copy_of_a_304(spark, corpus, index):
