@@ -116,6 +116,9 @@ RULES: dict[str, Check] = {
     "spark.shuffle_partitions": COUNT,
     "spark.ui_enabled": ANY,
     "spark.extra": each(_string(_key_value)),
+    "spark.verbose": ANY,
+    "spark.log_dir": NON_EMPTY,
+    "spark.log_level": one_of("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"),
     # Fetch refuses to start without a product token and a contact URL
     # (crawl_udfs.fetcher); other verbs run without them.
     "crawler.agent_name": ANY,
@@ -151,6 +154,7 @@ RULES: dict[str, Check] = {
     "fetch.tail_rate_share": SHARE,
     "fetch.tail_rate_window_s": above(0),
     "fetch.tail_patience_s": SECONDS,
+    "fetch.progress_every_s": SECONDS,
     "fetch.max_redirect_hops": COUNT_OR_ZERO,
     "fetch.dns_ttl_s": SECONDS,
     "fetch.dns_timeout_s": above(0),

@@ -104,9 +104,15 @@ class RealClock:
 
 def fetch_partition(rows: Iterable[FetchItem], conf: Config, *, hosts: Iterable[HostState] = (),
                     warc_dir: str, warc_name: Callable[[int], str], clock: Clock | None = None,
-                    retried: bool = False) -> Iterator[FetchResult | HostResult]:
-    """Fetch every row politely; yield a FetchResult per row, then a HostResult per host."""
+                    retried: bool = False, progress: Callable[[dict], None] | None = None,
+                    ) -> Iterator[FetchResult | HostResult]:
+    """Fetch every row politely; yield a FetchResult per row, then a HostResult per host.
+
+    ``progress`` gets a snapshot of the task (:meth:`_Task.snapshot`) every
+    ``fetch.progress_every_s`` seconds of wall time, from a worker thread, and a last one
+    with ``done`` true; it must not raise (the driver's live line, jobs/progress.py)."""
     task = _Task(conf, list(rows), list(hosts), warc_dir, warc_name, clock or RealClock(), retried)
+    task.progress = progress
     loop = new_event_loop()
     try:
         results, host_results = loop.run_until_complete(task.run())
@@ -138,10 +144,12 @@ class _Task:
         self.failed: list[asyncio.Task] = []
         self.tail: TailJudge | None = None           # set by run, at the task's start
         self.wake_driver: Callable[[], None] = lambda: None  # set by _drive_loop
+        self.progress: Callable[[dict], None] | None = None
+        self.started = 0.0
 
     # -- the loop -------------------------------------------------------------------------
     async def run(self) -> tuple[list[FetchResult], list[HostResult]]:
-        start = self.clock.now()
+        start = self.started = self.clock.now()
         deadline = start + self.conf.fetch.task_budget_s
         self.tail = TailJudge(self.conf.fetch, start=start)
         os.makedirs(self.warc_dir, exist_ok=True)
@@ -154,14 +162,22 @@ class _Task:
             async with Fetcher(self.conf, wall_clock=self.clock.now) as fetcher:
                 self.fetcher = fetcher
                 self.hosts.admit(self.items, self.seed_hosts, start, self.retried)
-                await self._resolve_all()
-                await self._drive(deadline)
+                reporter = (asyncio.ensure_future(self._report())
+                            if self.progress and self.conf.fetch.progress_every_s > 0 else None)
+                try:
+                    await self._resolve_all()
+                    await self._drive(deadline)
+                finally:
+                    if reporter is not None:
+                        reporter.cancel()
         finally:
             try:
                 await self.pages.close()  # every page handed over is finished and written
             finally:
                 warc.close()
         self.hosts.finish_unattempted(TAIL_CUT if self.tail.cut() else "task_budget")
+        if self.progress:
+            self.progress(self.snapshot(done=True))
         ordered = [self.hosts.results[id(i)] for i in self.items] + self.hosts.followed_results()
         return ordered, [self.hosts.host_result(run) for run in self.hosts.runs.values()]
 
@@ -228,6 +244,23 @@ class _Task:
                         timer.cancel()
             elif timeout > 0:
                 await self.clock.sleep(timeout)
+
+    async def _report(self) -> None:
+        """Hand a snapshot to ``progress`` every ``fetch.progress_every_s`` (wall time: the writer may
+        touch object storage, so it runs on a thread and never holds the loop)."""
+        every = float(self.conf.fetch.progress_every_s)
+        while True:
+            await asyncio.sleep(every)
+            await asyncio.to_thread(self.progress, self.snapshot(done=False))
+
+    def snapshot(self, *, done: bool) -> dict:
+        """Pages finished (any outcome but not attempted), URLs known to the task (the list and those
+        followed in-round), hosts and hosts still with work, seconds since the start. O(hosts)."""
+        followed = len(self.hosts.followed)
+        finished = sum(r.outcome != Outcome.NOT_ATTEMPTED.value for r in list(self.hosts.results.values()))
+        return {"pages": finished, "urls": len(self.items) + followed, "followed": followed,
+                "hosts": len(self.hosts.runs), "busy_hosts": 0 if done else self._busy_hosts(),
+                "seconds": round(self.clock.now() - self.started, 1), "done": done}
 
     def _tail_cut(self, now: float) -> bool:
         """Sample the task for the tail judge when a sample is due; True once it says cut."""

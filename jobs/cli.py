@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override one key, e.g. --set politeness.host_delay_s=2")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--verbose", action="store_true",
+                   help="show the JVM's, Ivy's and Spark's log lines on the console (default: a file under "
+                        "spark.log_dir, named when a command fails)")
     p.add_argument("--force", action="store_true",
                    help="take the crawl lease even from a live holder. RISKS: if that holder still runs, two "
                         "fetchers hit the same web (requests closer than the host delay) until it notices at its "
@@ -80,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        conf = config.load(args.conf, args.overrides)
+        conf = config.load(args.conf, args.overrides + (["spark.verbose=true"] if args.verbose else []))
         if args.command == "lookup":  # reads an export's files: no Spark session, no JVM (jobs/lookup.py)
             from jobs import lookup
             return lookup.run(conf, args.url, export_dir=args.export, with_payload=args.payload)
@@ -101,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug or os.environ.get("DELTACRAWL_DEBUG"):
             raise
         from jobs.common import error_hint, error_line
-        print(f"deltacrawl: {args.command} failed: {error_line(e)}; {error_hint(e)}", file=sys.stderr)
+        from jobs.spark_log import current
+        log = f" (Spark's log: {current()})" if current() else ""
+        print(f"deltacrawl: {args.command} failed: {error_line(e)}; {error_hint(e)}{log}", file=sys.stderr)
         return 1
 
 

@@ -46,7 +46,7 @@ from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome, RobotsCapture
 from crawl_udfs.tail import TAIL_CUT
 from crawl_udfs.url_normalize import host_of
-from jobs import common, faults, generate, ledger, pending_round, warc_staging
+from jobs import common, faults, generate, ledger, pending_round, progress, warc_staging
 from schemas import counters
 from schemas.tables import FETCH_OUTPUT
 
@@ -144,10 +144,12 @@ class FetchTask:
         tmp = tempfile.mkdtemp(prefix=f"deltacrawl-fetch-r{self.round_no}-p{pid}-a{attempt}-")
         try:
             faults.task_point(attempt)
+            report = (progress.TaskProgress(progress.round_dir(self.warc_root, self.round_no), pid, attempt)
+                      if self.conf.fetch.progress_every_s > 0 else None)
             results = list(fetch_partition(
                 items, self.conf, hosts=hosts, warc_dir=tmp,
                 warc_name=partial(warc_staging.warc_name, self.conf.warc.prefix, self.round_no, pid),
-                retried=self.retried or attempt > 0))
+                retried=self.retried or attempt > 0, progress=report))
             staging = warc_staging.attempt_dir(self.warc_root, self.round_no, ctx.stageId(), pid, attempt)
             files = sorted(os.path.join(tmp, f) for f in os.listdir(tmp))
             if files:
@@ -323,6 +325,8 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
     task = FetchTask(conf, n, common.warc_root(conf), retried=retried)
     out = fetch_input(fetch_list, hosts, n_partitions, **follow).mapInArrow(task, FETCH_OUTPUT)
     batch_rows = {"spark.sql.execution.arrow.maxRecordsPerBatch": str(conf.fetch.arrow_batch_rows)}
-    with common.session_conf(spark, batch_rows):
+    live = progress.LiveLine(progress.round_dir(common.warc_root(conf), n), n, n_partitions,
+                             conf.fetch.progress_every_s)
+    with common.session_conf(spark, batch_rows), live:
         (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
          .save(common.table_path(conf, "fetch_output")))

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from crawl_udfs.config import Config, ConfigError
-from jobs import faults
+from jobs import faults, spark_log
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -89,8 +89,18 @@ def build_session(conf: Config, *, app_suffix: str = ""):
     for pair in conf.spark.extra:  # each "key=value" (the rule of spark.extra, crawl_udfs/config_rules.py)
         key, _, value = pair.partition("=")
         builder = builder.config(key.strip(), value.strip())
-    spark = configure_spark_with_delta_pip(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    builder = configure_spark_with_delta_pip(builder)
+    from pyspark import SparkContext
+    jvm_running = SparkContext._active_spark_context is not None or bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+    if not jvm_running:
+        # Delta's helper names its packages only on the builder (no public getter).
+        missing = spark_log.missing_packages(builder._options.get("spark.jars.packages", ""), conf.spark.extra)
+        if missing:
+            print(f"deltacrawl: first start: fetching {', '.join(missing)} and dependencies from Maven "
+                  f"(cached for every later start)", file=sys.stderr, flush=True)
+    with spark_log.jvm_output(conf, app_suffix, jvm_running=jvm_running):
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(conf.spark.log_level)
     return spark
 
 

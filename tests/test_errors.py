@@ -108,11 +108,15 @@ def test_unreachable_storage_root(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     root = blocker / "crawl"
+    logs = tmp_path / "logs"
     rc, lines = run(["--set", f'storage.root="{root}"', "--set", "spark.master=local[1]",
-                     "--set", "spark.driver_memory=1g", "init"])
+                     "--set", "spark.driver_memory=1g", "--set", f'spark.log_dir="{logs}"', "init"])
     assert rc == 2
     line = assert_one_clear_line(rc, lines, "storage.root", str(root), "not reachable")
     assert len(line) < 600
+    assert lines == [line]  # quiet by default: Ivy's report and Spark's banner went to the command's log
+    (log,) = logs.glob("init-*.log")
+    assert "log4j" in log.read_text()
 
 
 def test_commit_conflict_and_java_errors_read_as_one_line_with_a_remedy():

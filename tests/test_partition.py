@@ -170,16 +170,24 @@ def test_warc_pointers_read_back(big_crawl):
 def test_budget_leaves_untouched_urls_unattempted(tmp_path):
     with TestWeb(tmp_path / "web", n_hosts=12, seed=3, kinds=["site"]) as web:
         # delays of exactly 1 s (no response-time term: a loaded test machine must not change the count)
-        conf = _conf(web, "fetch.task_budget_s=3.5", "politeness.response_time_factor=0")
+        conf = _conf(web, "fetch.task_budget_s=3.5", "politeness.response_time_factor=0", "fetch.progress_every_s=1")
         host = max(web.plan.by_kind("site"), key=lambda h: len(h.pages))
         paths = sorted(host.pages)[:8]
         items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u))
                  for u in (normalize(host.url(p)) for p in paths)]
-        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"b-{i}.warc.gz"))
+        snaps: list[dict] = []
+        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"b-{i}.warc.gz",
+                                   progress=snaps.append))
         results = [r for r in out if isinstance(r, FetchResult)]
         assert [r.url for r in results] == [i.url for i in items]
         unattempted = [r for r in results if r.outcome == "not_attempted"]
         assert 3 <= len(unattempted) <= 6
+        # the live line's feed: a snapshot a second while the host works, then the last one
+        running, last = snaps[:-1], snaps[-1]
+        assert len(running) >= 2 and not any(s["done"] for s in running) and last["done"]
+        assert [s["pages"] for s in running] == sorted(s["pages"] for s in running) and running[-1]["pages"] >= 1
+        assert all(s["busy_hosts"] == 1 and s["hosts"] == 1 for s in running)
+        assert last["pages"] == len(results) - len(unattempted) and last["urls"] == len(items)
         assert all(r.fetch_time is None and r.warc_filename is None for r in unattempted)
         requested = {line["path"] for line in web.log()}
         for r in unattempted:

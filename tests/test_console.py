@@ -1,0 +1,100 @@
+"""The console is deltacrawl's: the JVM's output goes to a log file unless verbose (jobs/spark_log.py).
+
+The end-to-end check (a real JVM start printing nothing but our one line) is
+tests/test_errors.py::test_unreachable_storage_root.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import sys
+
+from crawl_udfs import config
+from jobs import spark_log
+
+CHILD = [sys.executable, "-c", "import sys; print('Ivy says', file=sys.stderr); print('log4j says')"]
+
+
+def test_a_process_started_inside_writes_to_the_log_and_the_console_stays_ours(tmp_path, capfd):
+    conf = config.load(overrides=[f'spark.log_dir="{tmp_path}"'])
+    with spark_log.jvm_output(conf, "init", jvm_running=False) as path:
+        subprocess.run(CHILD, check=True)  # inherits fd 1 and 2, as the JVM PySpark launches does
+    print("ours")
+    out, err = capfd.readouterr()
+    assert out == "ours\n" and err == ""
+    assert open(path).read().splitlines() == ["Ivy says", "log4j says"]
+    assert spark_log.current() == path
+
+
+def test_verbose_or_a_running_jvm_leaves_the_console_alone(tmp_path, capfd):
+    for overrides, running in ((["spark.verbose=true"], False), ([], True)):
+        conf = config.load(overrides=[f'spark.log_dir="{tmp_path}"', *overrides])
+        with spark_log.jvm_output(conf, "status", jvm_running=running) as path:
+            subprocess.run(CHILD, check=True)
+        assert path is None
+        out, err = capfd.readouterr()
+        assert (out, err) == ("log4j says\n", "Ivy says\n")
+
+
+def test_old_logs_are_pruned(tmp_path):
+    for i in range(spark_log.KEEP_LOGS + 5):
+        (tmp_path / f"old-{i:02d}.log").write_text("x")
+    conf = config.load(overrides=[f'spark.log_dir="{tmp_path}"'])
+    with spark_log.jvm_output(conf, "init", jvm_running=False):
+        pass
+    assert len(list(tmp_path.glob("*.log"))) == spark_log.KEEP_LOGS
+
+
+def test_the_first_start_names_only_the_packages_missing_from_the_ivy_cache(tmp_path):
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "io.delta_delta-spark_2.13-4.0.1.jar").write_bytes(b"")
+    packages = "io.delta:delta-spark_2.13:4.0.1,org.apache.hadoop:hadoop-aws:3.4.1"
+    assert spark_log.missing_packages(packages, [f"spark.jars.ivy={tmp_path}"]) == [
+        "org.apache.hadoop:hadoop-aws:3.4.1"]
+    assert spark_log.missing_packages(packages, [f"spark.jars.ivy={tmp_path / 'empty'}"]) == packages.split(",")
+
+
+# -- the live line of a fetch (jobs/progress.py) --------------------------------------------------
+def _snap(pages, followed=0, hosts=10, busy=10, done=False):
+    return {"pages": pages, "urls": pages + 5, "followed": followed, "hosts": hosts, "busy_hosts": busy,
+            "seconds": 1.0, "done": done}
+
+
+def test_task_snapshots_are_replaced_whole_and_summed_into_one_line(tmp_path):
+    from jobs import progress
+    d = progress.round_dir(str(tmp_path / "warc"), 3)
+    progress.TaskProgress(d, 0, 0)(_snap(5))
+    progress.TaskProgress(d, 0, 1)(_snap(7, followed=2, busy=4))   # a retried attempt replaces the first
+    progress.TaskProgress(d, 1, 0)(_snap(100, hosts=20, busy=0, done=True))
+    snaps = progress.read(d)
+    assert sorted(s["pages"] for s in snaps) == [7, 100]
+    assert progress.line(3, 2, snaps, 12.34) == ("fetch round 3: 1/2 tasks done, 107 pages (2 followed in-round), "
+                                                 "12.3 pages/s, 26/30 hosts finished")
+    assert progress.read(str(tmp_path / "nothing-here")) == []
+
+
+def test_the_live_line_prints_plain_lines_off_a_terminal_and_cleans_up(tmp_path):
+    import io
+    from jobs import progress
+    d = progress.round_dir(str(tmp_path / "warc"), 1)
+    out = io.StringIO()
+    with progress.LiveLine(d, 1, 1, every_s=0.05, out=out) as live:
+        writer = progress.TaskProgress(d, 0, 0)
+        for pages in (1, 2, 3):
+            writer(_snap(pages))
+            time.sleep(0.2)
+        writer(_snap(4, busy=0, done=True))
+    lines = out.getvalue().splitlines()
+    assert lines[-1].startswith("fetch round 1: 1/1 tasks done, 4 pages") and "\r" not in out.getvalue()
+    assert len(lines) == 2  # the first tick, then the last: plain lines come every PLAIN_EVERY_S, not per tick
+    assert live.last == lines[-1] and not (tmp_path / "warc" / progress.PROGRESS).exists()
+
+
+def test_no_live_line_when_progress_is_off(tmp_path):
+    import io
+    from jobs import progress
+    out = io.StringIO()
+    with progress.LiveLine(progress.round_dir(str(tmp_path), 1), 1, 1, every_s=0, out=out):
+        pass
+    assert out.getvalue() == ""
