@@ -7,6 +7,8 @@ Guarantees:
   ``dedup.near_duplicates`` on, MinHashed and its words counted for update's near-duplicate
   check). A bug in one page's work becomes that
   page's ``internal`` error row, logged, and never sinks the task.
+- **robots.txt responses are stored too** (:meth:`PageWork.store_robots`): each answered request
+  of a robots.txt chain is a WARC ``response`` record (the export's ``robotstxt`` subset).
 - **At most one page's work per loop turn.** With ``fetch.parse_threads = 0`` one coroutine works
   the queue on the event loop, one page, then yields; with N > 0 the pages go to N threads.
   :meth:`PageWork.hand_over` returns only when its page is done, so the request tasks that wait
@@ -27,8 +29,10 @@ from crawl_udfs.classify import Rules, Store, Verdict, admitted, classify
 from crawl_udfs.config import Config
 from crawl_udfs.fetcher import FetchResponse
 from crawl_udfs.parser import parse
-from crawl_udfs.rows import FetchItem, FetchResult, Outcome
+from crawl_udfs.responses import header
+from crawl_udfs.rows import FetchItem, FetchResult, Outcome, RobotsCapture
 from crawl_udfs.near_dup import minhash
+from crawl_udfs.signatures import sha1_digest
 from crawl_udfs.simhash import simhash, words
 from crawl_udfs.url_normalize import CachedNormalizer
 from crawl_udfs.warc import HttpExchange, RollingWarcWriter
@@ -114,14 +118,21 @@ class PageWork:
         result.retry_after_s = retry_after
         self.results[id(item)] = result
 
+    def store_robots(self, owner: str, url: str, resp: FetchResponse) -> RobotsCapture:
+        """Write one robots.txt response (a hop of ``owner``'s chain) as a WARC response record."""
+        digest = sha1_digest(resp.body)
+        with self.warc_lock:
+            ptr = self.warc.write_exchange(_exchange(url, resp), payload_digest=digest)
+        ctype = (header(resp.headers, "content-type") or "").split(";")[0].strip().lower() or None
+        return RobotsCapture(host=owner, url=url, fetch_time=resp.started_at, status_code=resp.status,
+                             ip=resp.ip, content_type=ctype, content_length=len(resp.body),
+                             truncated=resp.truncated, digest=digest, warc_filename=ptr.filename,
+                             warc_offset=ptr.offset, warc_length=ptr.length, warc_record_id=ptr.record_id)
+
     def _apply(self, verdict: Verdict, item: FetchItem, resp: FetchResponse) -> FetchResult:
         r = verdict.row
         if verdict.store is not Store.NOTHING:
-            exchange = HttpExchange(url=item.url, ip=resp.ip, fetch_time=resp.started_at, method="GET",
-                                    request_target=resp.request_target, request_headers=resp.request_headers,
-                                    http_version=resp.http_version or "1.1", status=resp.status,
-                                    reason=resp.reason or "", response_headers=resp.headers, body=resp.body,
-                                    truncated=resp.truncated)
+            exchange = _exchange(item.url, resp)
             with self.warc_lock:
                 if verdict.store is Store.REVISIT:
                     ptr = self.warc.write_revisit(exchange, refers_to=item.prev_warc_record_id,
@@ -145,3 +156,11 @@ class PageWork:
                     r.minhash = minhash(text, n, self.conf.dedup.minhash_permutations)
                     r.words = len(words(text))
         return r
+
+
+def _exchange(url: str, resp: FetchResponse) -> HttpExchange:
+    """The WARC exchange of a response to ``url`` (the body as stored: decoded)."""
+    return HttpExchange(url=url, ip=resp.ip, fetch_time=resp.started_at, method="GET",
+                        request_target=resp.request_target, request_headers=resp.request_headers,
+                        http_version=resp.http_version or "1.1", status=resp.status, reason=resp.reason or "",
+                        response_headers=resp.headers, body=resp.body, truncated=resp.truncated)

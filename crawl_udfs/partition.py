@@ -323,6 +323,8 @@ class _Task:
         status = resp.status if resp.status is not None and resp.status >= 500 else None
         self.sched.release(host, response_time_s=response_time_s(resp), ended_at=self._ended_at(resp),
                            status=status, error=resp.error_class is not None or (end and step.status is None))
+        if resp.status is not None:  # an HTTP answer: kept in WARC, as Common Crawl keeps robots.txt
+            run.result.robots_captures.append(self.pages.store_robots(item.owner, item.url, resp))
         if end:
             policy = RobotsPolicy.from_fetch(step.status, step.body, self.clock.now(), self.agent, self.conf.robots)
             self.hosts.robots_known(run, policy)

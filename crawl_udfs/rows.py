@@ -128,6 +128,27 @@ class FetchResult:
 
 
 @dataclass(slots=True)
+class RobotsCapture:
+    """One robots.txt response stored as a WARC ``response`` record (a hop of the chain of host ``host``);
+    ``jobs/fetch.py`` writes it as a ``robots`` row of ``fetch_output``, which the export indexes in the
+    ``robotstxt`` subset, as Common Crawl does."""
+
+    host: str                            # the host whose robots.txt chain this is (its task partition)
+    url: str                             # the URL requested (a redirect hop may be on another host)
+    fetch_time: float                    # request start, epoch seconds (the record's WARC-Date)
+    status_code: int
+    ip: str | None
+    content_type: str | None             # media type, lower-case, no parameters
+    content_length: int                  # stored (decoded) body bytes
+    truncated: str | None
+    digest: str                          # payload digest "sha1:BASE32"
+    warc_filename: str
+    warc_offset: int
+    warc_length: int
+    warc_record_id: str
+
+
+@dataclass(slots=True)
 class HostResult:
     """One per host seen by a task: what the task learnt, for ``hosts``."""
 
@@ -147,6 +168,7 @@ class HostResult:
     robots_requests: int = 0
     bytes_received: int = 0
     delay_s: float | None = None         # seconds per request at the end: delay + back-off + request (host_result)
+    robots_captures: list[RobotsCapture] = field(default_factory=list)  # its robots.txt responses stored in WARC
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,7 +13,8 @@ with status 3 and one line naming the holder. ``generate`` exits with status 4 w
 nothing is due and no round is unfinished (no round opened: there is nothing to
 fetch or update), so a scheduler can skip the rest of the round (``airflow_dags/``). They also keep the ``rounds`` table
 following the ledger's records, flushed before they exit (:mod:`jobs.ledger_mirror`). ``sql``, ``status``, ``report`` and ``export``
-only read committed snapshots and run beside a writer.
+only read committed snapshots and run beside a writer; ``lookup`` reads an export's
+files and starts no Spark session at all.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     cr.add_argument("--rounds", type=int, required=True)
     ex = sub.add_parser("export", help="WARC files, Parquet index (Common Crawl columns) and CDXJ into DIR")
     ex.add_argument("--out", required=True, metavar="DIR", help="export directory (warc/, index/, cdxj/ replaced)")
+    lk = sub.add_parser("lookup", help="every stored capture of a URL in the latest export (no Spark)")
+    lk.add_argument("url", metavar="URL", help="normalised first, as the crawl DB keys it")
+    lk.add_argument("--export", metavar="DIR", default=None,
+                    help="read this export instead of the latest (storage.root/exports/latest.json)")
+    lk.add_argument("--payload", action="store_true", help="print each capture's stored payload after its line")
     sq = sub.add_parser("sql", help="run a SQL query over the registered tables")
     sq.add_argument("query")
     sq.add_argument("--format", choices=["table", "json", "csv"], default="table")
@@ -81,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         conf = config.load(args.conf, args.overrides + (["spark.verbose=true"] if args.verbose else []))
+        if args.command == "lookup":  # reads an export's files: no Spark session, no JVM (jobs/lookup.py)
+            from jobs import lookup
+            return lookup.run(conf, args.url, export_dir=args.export, with_payload=args.payload)
         return _dispatch(args, conf)
     except ConfigError as e:
         from jobs.lease import LeaseHeld

@@ -8,9 +8,20 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from typing import TYPE_CHECKING
 
 from crawl_udfs.config import Config, ConfigError
-from schemas.tables import TABLES, Table
+
+if TYPE_CHECKING:  # schemas.tables imports pyspark: `deltacrawl lookup` needs root() without it
+    from schemas.tables import Table
+
+
+def __getattr__(name: str):
+    """``common.TABLES``, imported on first use (pyspark) rather than with this module."""
+    if name == "TABLES":
+        from schemas.tables import TABLES
+        return TABLES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def root(conf: Config) -> str:
@@ -38,6 +49,8 @@ def now_utc() -> dt.datetime:
 def ensure_tables(spark, conf: Config) -> list[str]:
     """Create missing tables, add missing columns to old ones; idempotent. Returns what changed."""
     from delta.tables import DeltaTable
+
+    from schemas.tables import TABLES
 
     changed = []
     for t in TABLES.values():
@@ -84,6 +97,8 @@ def _missing_fields(existing, wanted, prefix: str = "") -> list:
 def register_tables(spark, conf: Config) -> None:
     """Make every existing table queryable by name in this session."""
     from delta.tables import DeltaTable
+
+    from schemas.tables import TABLES
 
     for t in TABLES.values():
         path = table_path(conf, t.name)

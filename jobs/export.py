@@ -2,7 +2,7 @@
 
 Layout written (docs/ARCHITECTURE.md, "External contract"; Common Crawl's layout):
 
-- ``DIR/warc/<name>.warc.gz`` — every WARC file a ``fetch_log`` row points into,
+- ``DIR/warc/<name>.warc.gz`` — every WARC file an exported row points into,
   hard-linked from ``storage.root/warc/`` when both are on one local filesystem
   (``export.hard_link``; promoted WARC files are never rewritten, so a link is
   safe), copied otherwise. Files are passed through byte for byte.
@@ -21,10 +21,11 @@ Layout written (docs/ARCHITECTURE.md, "External contract"; Common Crawl's layout
   cdxj-indexer (the library pywb uses), records ``export.cdxj_records``, with
   ``filename`` relative to ``DIR`` too, so both indexes name a record alike.
 
-Subsets: ``warc`` = 2xx responses; ``crawldiagnostics`` = every other stored
-response (3xx incl. 304 revisits, 4xx, 5xx), as Common Crawl splits them.
-``robotstxt`` is never written: robots.txt fetches are cached in ``hosts``
-(``robots_body``), not written to WARC, so there is nothing to point at.
+Subsets: ``robotstxt`` = the robots.txt responses (every answered request of a
+robots.txt chain, redirect hops included: ``fetch_output`` rows of kind ``robots``,
+which never reach ``fetch_log``: they are not pages of the crawl DB); of the
+other records ``warc`` = 2xx responses, ``crawldiagnostics`` = every other
+stored response (3xx incl. 304 revisits, 4xx, 5xx), as Common Crawl splits them.
 Unlike Common Crawl, one WARC file holds records of both subsets (the subset
 is a property of the index row, not of the file).
 
@@ -51,7 +52,8 @@ holds only a URL's latest copy: an older capture keeps the verdict it had.
 Idempotent: everything is built in ``DIR/.export-tmp`` and then swapped for
 ``DIR/warc``, ``DIR/index`` and ``DIR/cdxj``; a rerun replaces the three
 cleanly (a leftover temp dir of a crashed run is removed first). Nothing else in
-``DIR`` is touched. ``DIR`` must be a local path (or a mount every Spark
+``DIR`` is touched. Once the swap is done, ``storage.root/exports/latest.json``
+names ``DIR`` (:mod:`jobs.export_record`): the export ``deltacrawl lookup`` reads. ``DIR`` must be a local path (or a mount every Spark
 executor sees under the same path).
 """
 
@@ -159,11 +161,25 @@ def _url_parts_batch(urls):
 
 
 # -- transforms ---------------------------------------------------------------------------------------
-def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc"):
+def robots_rows(fetch_output, fetch_log):
+    """fetch_output's robots.txt responses stored in WARC (kind ``robots``), in fetch_log's columns; only of
+    rounds update has logged (``fetch_log`` holds them), so the export is one consistent set of rounds."""
+    from pyspark.sql import functions as F
+
+    from schemas.tables import FETCH_LOG
+
+    r = (fetch_output.where((F.col("kind") == "robots") & F.col("warc_filename").isNotNull())
+         .join(fetch_log.select("round").distinct(), "round", "left_semi"))
+    return r.select([(F.col(f.name) if f.name in r.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                     for f in FETCH_LOG.fields])
+
+
+def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None):
     """fetch_log rows -> Common Crawl index rows (:func:`cc_index_schema`), unsorted.
 
     One row per fetch_log row with a WARC pointer (response or revisit record);
-    rows without one (errors, robots_denied) are dropped. ``warc_filename`` is
+    rows without one (errors, robots_denied) are dropped. ``robots`` (:func:`robots_rows`),
+    when given, adds the robots.txt responses, in the ``robotstxt`` subset. ``warc_filename`` is
     ``<warc_dir>/<name>``; ``warc_segment`` is the round number. The URL columns
     are computed last, by one pandas UDF over the final rows (evaluated once per row).
     """
@@ -176,9 +192,13 @@ def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc"):
     originals = (fetch_log.select(F.col("url_fp").alias("dup_of"), F.col("url").alias("_orig_url"))
                  .join(fl.select("dup_of").where(F.col("dup_of").isNotNull()).distinct(), "dup_of", "left_semi")
                  .dropDuplicates(["dup_of"]))
-    fl = fl.join(originals, "dup_of", "left")
+    fl = fl.join(originals, "dup_of", "left").withColumn("_robots", F.lit(False))
+    if robots is not None:
+        fl = fl.unionByName(robots.withColumn("_orig_url", F.lit(None).cast("string"))
+                            .withColumn("_robots", F.lit(True)))
     status = F.col("status_code")
-    subset = F.when((status >= 200) & (status < 300), F.lit("warc")).otherwise(F.lit("crawldiagnostics"))
+    subset = (F.when(F.col("_robots"), F.lit("robotstxt"))
+              .when((status >= 200) & (status < 300), F.lit("warc")).otherwise(F.lit("crawldiagnostics")))
     cols = {
         "url": F.col("url"),
         # Fetch times are whole milliseconds (crawl_udfs.fetcher), so this is exact; rounding rather than
@@ -302,7 +322,7 @@ def run(spark, conf: Config, out_dir: str) -> dict[str, int]:
     """Export the whole crawl to ``out_dir`` (replacing an earlier export there). Returns counts."""
     from pyspark.sql import functions as F
 
-    from jobs import common
+    from jobs import common, export_record
 
     if "://" in out_dir:
         raise ConfigError(f"export --out must be a local path (or a shared mount), got {out_dir}")
@@ -315,9 +335,10 @@ def run(spark, conf: Config, out_dir: str) -> dict[str, int]:
     os.makedirs(tmp)
 
     fetch_log = common.read(spark, conf, "fetch_log")
-    rows = index_rows(fetch_log, crawl_id=c.crawl_id, warc_dir="warc")
-    names = [r[0] for r in fetch_log.where(F.col("warc_filename").isNotNull())
-             .select("warc_filename").distinct().collect()]
+    robots = robots_rows(common.read(spark, conf, "fetch_output"), fetch_log)
+    rows = index_rows(fetch_log, crawl_id=c.crawl_id, warc_dir="warc", robots=robots)
+    names = [r[0] for r in fetch_log.select("warc_filename").unionByName(robots.select("warc_filename"))
+             .where(F.col("warc_filename").isNotNull()).distinct().collect()]
     counts = place_warc_files(names, common.warc_root(conf), os.path.join(tmp, "warc"), hard_link=c.hard_link)
 
     # computed once: range partitioning samples its input, then the write reads it again
@@ -341,4 +362,5 @@ def run(spark, conf: Config, out_dir: str) -> dict[str, int]:
     counts["index_rows"] = sum(by_subset.values())
     for s in SUBSETS:
         counts[f"index_{s}"] = by_subset.get(s, 0)
+    export_record.write(common.root(conf), out_dir, c.crawl_id, counts)  # what `deltacrawl lookup` reads
     return counts

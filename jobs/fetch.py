@@ -43,7 +43,7 @@ from typing import Any, Iterable, Iterator
 from crawl_udfs.config import Config
 from crawl_udfs.known_urls import KnownUrls
 from crawl_udfs.partition import fetch_partition
-from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
+from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome, RobotsCapture
 from crawl_udfs.tail import TAIL_CUT
 from crawl_udfs.url_normalize import host_of
 from jobs import common, faults, generate, ledger, pending_round, progress, warc_staging
@@ -198,9 +198,10 @@ def output_columns(results: Iterable[FetchResult | HostResult], round_no: int, p
                    staging: str | None) -> dict[str, list]:
     """FETCH_OUTPUT columns (timestamps as epoch microseconds) from task results."""
     cols: dict[str, list] = {f.name: [] for f in FETCH_OUTPUT.fields}
-    for r in results:
+    for r in _with_robots_captures(results):
         page = isinstance(r, FetchResult)
-        values: dict[str, Any] = {"round": round_no, "partition": part_of[r.host], "kind": "page" if page else "host"}
+        kind = "page" if page else "robots" if isinstance(r, RobotsCapture) else "host"
+        values: dict[str, Any] = {"round": round_no, "partition": part_of[r.host], "kind": kind}
         for name, col in cols.items():
             if name in values:
                 v = values[name]
@@ -209,13 +210,21 @@ def output_columns(results: Iterable[FetchResult | HostResult], round_no: int, p
                       "host": o.host or host_of(o.url)}
                      for o in r.outlinks] if page else None
             elif name == "warc_staging":
-                v = staging if page and r.warc_filename else None
+                v = staging if kind != "host" and r.warc_filename else None
             else:
                 v = getattr(r, name, None)
                 if name in _TIMESTAMPS:
                     v = _micros(v)
             col.append(v)
     return cols
+
+
+def _with_robots_captures(results: Iterable[FetchResult | HostResult]) -> Iterator:
+    """Each result, and after a host's result the robots.txt responses it stored (``robots`` rows)."""
+    for r in results:
+        yield r
+        if isinstance(r, HostResult):
+            yield from r.robots_captures
 
 
 def output_batch(results, round_no: int, part_of: dict[str, int], staging: str | None):
@@ -257,7 +266,7 @@ def round_counts(spark, conf: Config, round_no: int) -> dict[str, int]:
 def _promote(spark, conf: Config, round_no: int) -> dict[str, int]:
     """Move the WARC files the committed rows of round N point to into place; drop the rest."""
     pairs = (common.read(spark, conf, "fetch_output")
-             .where(f"round = {round_no} AND kind = 'page' AND warc_filename IS NOT NULL")
+             .where(f"round = {round_no} AND kind IN ('page', 'robots') AND warc_filename IS NOT NULL")
              .select("warc_staging", "warc_filename").distinct().collect())
     return warc_staging.promote(common.warc_root(conf), round_no, [(r[0], r[1]) for r in pairs])
 

@@ -206,12 +206,13 @@ FETCH_LIST = StructType([
     _f("url", StringType(), False, ""),
 ])
 
-#: The round's fetch output (segment): one "page" row per fetch-list URL and one
-#: "host" row per host, from the committed attempt of each task; written by fetch.
+#: The round's fetch output (segment): one "page" row per fetch-list URL, one "host" row per host
+#: and one "robots" row per robots.txt response stored in WARC (crawl_udfs.rows.RobotsCapture;
+#: read only by export), from the committed attempt of each task; written by fetch.
 FETCH_OUTPUT = StructType([
     _f("round", LongType(), False, ""),
     _f("partition", IntegerType(), False, ""),
-    _f("kind", StringType(), False, "page | host"),
+    _f("kind", StringType(), False, "page | host | robots (a robots.txt response stored in WARC)"),
     _f("host", StringType(), False, ""),
     _f("url_fp", LongType(), True, "page rows"),
     _f("outcome", StringType(), True, ""),

@@ -48,7 +48,8 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs import config
-from jobs import cli, common, export
+from crawl_udfs.signatures import sha1_digest
+from jobs import cli, common, export, lookup
 from tests.summary import note
 from tests.net import free_loopback_port
 from tests.testweb import TestWeb
@@ -222,8 +223,11 @@ def test_every_row_points_at_its_record(corpus, index, payload_digests):
         warc_date = dt.datetime.strptime(rec.warc_date, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
         assert row["fetch_time"] == warc_date, (where, rec.warc_date)  # fetch times are whole milliseconds
         assert row["crawl"] == conf.export.crawl_id
-        assert row["subset"] == ("warc" if 200 <= row["fetch_status"] < 300 else "crawldiagnostics"), where
+        robots = re.fullmatch(r"/robots[-\w]*\.txt", row["url_path"] or "")  # the test web's robots.txt and its hops
+        assert row["subset"] == ("robotstxt" if robots else "warc" if 200 <= row["fetch_status"] < 300
+                                 else "crawldiagnostics"), where
     assert revisits, "the second round's conditional GETs got no 304"
+    assert any(row["subset"] == "robotstxt" for row, _rec in index), "no robots.txt response in the corpus"
 
 
 def test_the_crawl_db_keeps_the_stored_copy_of_a_304(spark, corpus, index):
@@ -241,6 +245,38 @@ def test_the_crawl_db_keeps_the_stored_copy_of_a_304(spark, corpus, index):
         # PySpark hands timestamps back as naive local times: compare instants
         assert db.last_fetch_time.timestamp() == row["fetch_time"].timestamp(), db.url
         assert db.fetch_count == 2 and db.unchanged_count == 1 and db.change_count == 0, db.url
+
+
+# -- deltacrawl lookup ------------------------------------------------------------------------------
+def test_lookup_finds_every_capture_and_payload(corpus, index):
+    """``lookup`` (no Spark) over the latest export, for every URL of the crawl: exactly the URL's index
+    rows, and each capture's payload as warcio reads it (a 304 revisit's: the stored response it refers to)."""
+    out, conf = corpus
+    by_url: dict[str, list] = {}
+    for row, rec in index:
+        by_url.setdefault(row["url"], []).append((row, rec))
+    export_dir = lookup.export_dir_of(conf, None)  # the one storage.root/exports/latest.json names
+    assert export_dir == str(out)
+    seconds = []
+    for url, expected in by_url.items():
+        t = time.perf_counter()
+        found = lookup.captures(export_dir, lookup.normalized(conf, url))
+        seconds.append(time.perf_counter() - t)
+        pointers = [(c.warc_filename, c.offset, c.length, c.status) for c in found]
+        assert pointers == [(r["warc_filename"], r["warc_record_offset"], r["warc_record_length"],
+                             r["fetch_status"]) for r, _rec in expected], url
+        for cap, (row, rec) in zip(found, expected):
+            got = lookup.payload(export_dir, cap)
+            if rec.rec_type == "response":
+                assert got.source == cap and got.data == rec.payload, url
+            else:
+                original = next(r for r, o in expected if o.rec_type == "response"
+                                and r["content_digest"] == row["content_digest"])
+                assert got.source.fetch_ms == round(original["fetch_time"].timestamp() * 1000), url
+                assert sha1_digest(got.data) == "sha1:" + row["content_digest"], url
+    seconds.sort()
+    note(f"lookup: {len(by_url)} URLs of the test crawl ({len(index)} captures), each with every payload; "
+         f"index query median {seconds[len(seconds) // 2] * 1000:.0f} ms, max {seconds[-1] * 1000:.0f} ms")
 
 
 # -- pywb -------------------------------------------------------------------------------------------

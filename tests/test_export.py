@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,8 +26,9 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs import config, warc
 from crawl_udfs.url_normalize import fingerprint
-from jobs import cli, common, export, warc_staging
-from schemas.tables import FETCH_LOG
+from jobs import cli, common, export, export_record, lookup, warc_staging
+from schemas.tables import FETCH_LOG, FETCH_OUTPUT
+from tests.summary import note
 
 pytestmark = pytest.mark.spark
 
@@ -46,6 +48,8 @@ PAGES = [
     (2, "http://www.example.com/new", 200, b"<html>new</html>", {"charset": "utf-8"}),
 ]
 DENIED = "http://www.example.com/private"  # robots_denied: a fetch_log row without a WARC record
+ROBOTS = "http://www.example.com/robots.txt"
+ROBOTS_BODY = b"User-agent: *\nDisallow: /private\n"
 
 
 def _conf(root: Path, *extra: str) -> config.Config:
@@ -65,10 +69,22 @@ def _write_crawl(spark, conf: config.Config) -> list[dict]:
     """WARC files and fetch_log rows as a 2-round crawl leaves them; returns the rows."""
     warc_dir = common.warc_root(conf)
     os.makedirs(warc_dir)
-    rows, first = [], {}
+    rows, first, robots = [], {}, []
     for round_no in (1, 2):
         name_fn = lambda i, r=round_no: warc_staging.warc_name(conf.warc.prefix, r, 0, i)  # noqa: E731
         with warc.RollingWarcWriter(warc_dir, conf.warc, name_fn=name_fn, now_fn=lambda: T0) as w:
+            if round_no == 1:  # robots.txt first, as a fetch task fetches it: a response record, a `robots` row
+                ex = warc.HttpExchange(url=ROBOTS, ip="127.0.0.9", fetch_time=T0 - 1, method="GET",
+                                       request_target="/robots.txt", request_headers=[("Host", "www.example.com")],
+                                       http_version="1.1", status=200, reason="OK",
+                                       response_headers=[("Content-Type", "text/plain")], body=ROBOTS_BODY)
+                ptr = w.write_exchange(ex)
+                robots.append(_output_row(1, "robots", "www.example.com", url=ROBOTS, status_code=200,
+                                          fetch_time=dt.datetime.fromtimestamp(T0 - 1, dt.timezone.utc)
+                                          .replace(tzinfo=None), content_type="text/plain",
+                                          content_length=len(ROBOTS_BODY), digest=warc.sha1_digest(ROBOTS_BODY),
+                                          warc_filename=ptr.filename, warc_offset=ptr.offset,
+                                          warc_length=ptr.length, warc_record_id=ptr.record_id))
             for i, (r, url, status, body, extra) in enumerate(PAGES):
                 if r != round_no:
                     continue
@@ -99,7 +115,25 @@ def _write_crawl(spark, conf: config.Config) -> list[dict]:
     Path(warc_dir, "deltacrawl-r000009-p00000-00000.warc.gz").write_bytes(b"junk")
     (spark.createDataFrame(rows, FETCH_LOG).write.format("delta").partitionBy("round")
      .save(common.table_path(conf, "fetch_log")))
+    # fetch_output: a page row (never indexed from here) and a robots row of round 3, which update has not
+    # logged yet (its WARC file is not even promoted): neither is exported
+    robots += [_output_row(1, "page", "www.example.com", url="http://www.example.com/", status_code=200,
+                           warc_filename="deltacrawl-r000001-p00000-00000.warc.gz", warc_offset=0, warc_length=1),
+               _output_row(3, "robots", "www.example.com", url=ROBOTS, status_code=200,
+                           warc_filename="deltacrawl-r000003-p00000-00000.warc.gz", warc_offset=0, warc_length=1)]
+    _write_fetch_output(spark, conf, robots)
     return rows
+
+
+def _output_row(round_no: int, kind: str, host: str, **kw) -> dict:
+    row = {f.name: None for f in FETCH_OUTPUT.fields}
+    row.update(round=round_no, partition=0, kind=kind, host=host, **kw)
+    return row
+
+
+def _write_fetch_output(spark, conf: config.Config, rows: list[dict]) -> None:
+    (spark.createDataFrame(rows, FETCH_OUTPUT).write.format("delta").partitionBy("round")
+     .save(common.table_path(conf, "fetch_output")))
 
 
 @pytest.fixture(scope="module")
@@ -182,12 +216,13 @@ def test_layout_and_counts(exported):
     assert sorted(p.name for p in (out / "warc").iterdir()) == [
         "deltacrawl-r000001-p00000-00000.warc.gz", "deltacrawl-r000002-p00000-00000.warc.gz"]
     parts = sorted(str(f.parent.relative_to(out / "index")) for f in _index_files(out))
-    assert sorted(set(parts)) == ["crawl=deltacrawl/subset=crawldiagnostics", "crawl=deltacrawl/subset=warc"]
+    assert sorted(set(parts)) == ["crawl=deltacrawl/subset=crawldiagnostics", "crawl=deltacrawl/subset=robotstxt",
+                                  "crawl=deltacrawl/subset=warc"]
     assert not [p for p in (out / "index").rglob("*") if p.is_file() and p.suffix != ".parquet"]
-    assert counts["index_rows"] == len(PAGES) and counts["index_warc"] == 4
-    assert counts["index_crawldiagnostics"] == 3 and counts["index_robotstxt"] == 0
+    assert counts["index_rows"] == len(PAGES) + 1 and counts["index_warc"] == 4
+    assert counts["index_crawldiagnostics"] == 3 and counts["index_robotstxt"] == 1  # round 3's is not logged yet
     assert counts["warc_files"] == 2 and counts["warc_linked"] == 2
-    assert counts["cdxj_lines"] == len(PAGES)
+    assert counts["cdxj_lines"] == len(PAGES) + 1
 
 
 def test_parquet_types_are_common_crawls(exported):
@@ -209,7 +244,7 @@ def test_parquet_types_are_common_crawls(exported):
 def test_rows_sorted_by_surt_key_in_every_file(exported):
     for f in _index_files(exported["out"]):
         keys = pq.read_table(f, columns=["url_surtkey"]).column(0).to_pylist()
-        assert keys == sorted(keys) and len(keys) >= 3
+        assert keys == sorted(keys) and len(keys) >= (1 if "subset=robotstxt" in str(f) else 3)
 
 
 def test_row_values(exported):
@@ -234,12 +269,16 @@ def test_row_values(exported):
     assert revisit["duplicate_of"] is None and revisit["content_digest"] == orig["content_digest"]
     assert by[("http://www.example.com/new", 200)]["content_charset"] == "utf-8"
     assert all(r["warc_filename"].startswith("warc/") for r in rows)
+    robots = by[(ROBOTS, 200)]
+    assert (robots["subset"], robots["warc_segment"], robots["content_mime_type"]) == ("robotstxt", "1", "text/plain")
+    assert robots["content_digest"] == warc.sha1_digest(ROBOTS_BODY)[len("sha1:"):] and robots["duplicate_of"] is None
+    assert [r["subset"] for r in rows if r["url"].endswith("/robots.txt")] == ["robotstxt"]
 
 
 def test_every_index_row_reads_back_from_the_exported_warc(exported):
     out = exported["out"]
     rows = _index(out)
-    assert len(rows) == len(PAGES)
+    assert len(rows) == len(PAGES) + 1
     for r in rows:
         with open(out / r["warc_filename"], "rb") as f:
             f.seek(r["warc_record_offset"])
@@ -306,6 +345,7 @@ def test_missing_warc_file_is_an_error(spark, tmp_path):
     row = _log_row(1, "http://www.example.com/", status_code=200, warc_filename="gone.warc.gz", warc_offset=0,
                    warc_length=10, fetch_time=dt.datetime(2025, 1, 1))
     spark.createDataFrame([row], FETCH_LOG).write.format("delta").save(common.table_path(conf, "fetch_log"))
+    _write_fetch_output(spark, conf, [])
     with pytest.raises(FileNotFoundError, match="gone.warc.gz"):
         export.run(spark, conf, str(tmp_path / "out"))
 
@@ -315,6 +355,7 @@ def test_nothing_stored_exports_empty_output(spark, tmp_path):
     os.makedirs(common.warc_root(conf))
     row = _log_row(1, DENIED, outcome="robots_denied", error_class="robots_denied")
     spark.createDataFrame([row], FETCH_LOG).write.format("delta").save(common.table_path(conf, "fetch_log"))
+    _write_fetch_output(spark, conf, [])
     counts = export.run(spark, conf, str(tmp_path / "out"))
     assert counts["index_rows"] == 0 and counts["warc_files"] == 0 and counts["cdxj_lines"] == 0
     assert list((tmp_path / "out" / "warc").iterdir()) == [] and _index_files(tmp_path / "out") == []
@@ -344,3 +385,89 @@ def test_index_and_crawl_db_agree_on_the_original(spark):
     log = T.fetch_log_rows(prepared, updated, round_no=1)
     in_index = {r.url: r.duplicate_of for r in export.index_rows(log, crawl_id="t").collect()}
     assert in_crawldb == in_index == {a: b, b: None, c: None}
+
+
+# -- deltacrawl lookup: one URL's captures from the export, without Spark ------------------------------
+def _lookup(conf, url: str, **kw) -> tuple[int, bytes, str]:
+    out, err = io.BytesIO(), io.StringIO()
+    rc = lookup.run(conf, url, out=out, err=err, **kw)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _row(exported, url: str, status: int) -> dict:
+    return next(r for r in exported["rows"] if r["url"] == url and r["status_code"] == status)
+
+
+def test_export_records_where_it_wrote(exported):
+    assert export_record.latest_dir(common.root(exported["conf"])) == str(exported["out"])
+
+
+def test_lookup_normalises_and_lists_every_capture(exported):
+    """Both captures of the first URL, asked for in a form the crawl DB would not key (case, default port,
+    fragment), oldest first, each with the record's date, status, digest and WARC pointer."""
+    url = PAGES[0][1]
+    rc, out, err = _lookup(exported["conf"], "HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top")
+    assert rc == 0 and err == ""
+    lines = out.decode().splitlines()
+    assert lines[0] == f"{url} (normalised from HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top): 2 capture(s) in " \
+                       f"{exported['out']}"
+    want = []
+    for status, subset, rnd in ((200, "warc", 1), (304, "crawldiagnostics", 2)):
+        r = _row(exported, url, status)
+        when = warc.warc_date(r["fetch_time"].replace(tzinfo=dt.timezone.utc).timestamp())
+        want.append(f"{when} {status} {r['digest']} warc/{r['warc_filename']} offset={r['warc_offset']} "
+                    f"length={r['warc_length']} subset={subset} round={rnd}")
+    assert lines[1:] == want
+
+
+def test_lookup_shows_duplicate_of(exported):
+    rc, out, _err = _lookup(exported["conf"], "http://www.example.com/")
+    assert rc == 0 and out.decode().splitlines()[1].endswith(f" duplicate_of={PAGES[0][1]}")
+
+
+def test_lookup_payload_of_a_response_and_of_a_revisit(exported):
+    """--payload: a response's stored payload; a 304 revisit stores none, so the original's it refers to."""
+    url, body = PAGES[0][1], PAGES[0][3]
+    rc, out, _err = _lookup(exported["conf"], url, with_payload=True)
+    first = warc.warc_date(_row(exported, url, 200)["fetch_time"].replace(tzinfo=dt.timezone.utc).timestamp())
+    text = out.decode()
+    assert rc == 0
+    assert text.count(f"--- payload: {len(body)} bytes ---\n{body.decode()}\n--- end of payload ---") == 1
+    assert text.count(f"--- payload: {len(body)} bytes, of the record of {first} it refers to ---\n"
+                      f"{body.decode()}\n--- end of payload ---") == 1
+
+
+def test_lookup_of_an_unknown_url_is_one_line_and_exit_1(exported):
+    rc, out, err = _lookup(exported["conf"], "http://www.example.com/never")
+    assert (rc, out) == (1, b"")
+    assert err == f"deltacrawl: lookup: no capture of http://www.example.com/never in {exported['out']}\n"
+    rc, _out, err = _lookup(exported["conf"], DENIED)  # fetched, but robots_denied: nothing stored
+    assert rc == 1 and err.count("\n") == 1
+
+
+def test_lookup_errors_are_one_line_and_exit_2(exported, tmp_path, capsys):
+    root = ["--set", f'storage.root="{tmp_path}"']
+    assert cli.main(root + ["lookup", "http://www.example.com/"]) == 2  # nothing exported under this root
+    assert "no export recorded" in capsys.readouterr().err
+    assert cli.main(root + ["lookup", "--export", str(exported["out"]), "ftp://www.example.com/"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert cli.main(root + ["lookup", "--export", str(tmp_path), "http://www.example.com/"]) == 2
+    assert "is not an export" in capsys.readouterr().err
+
+
+def test_lookup_runs_without_spark(exported):
+    """The CLI verb in a fresh interpreter: right answer, pyspark and py4j never imported, and fast."""
+    code = ("import json, sys, time; t = time.perf_counter(); from jobs import cli; "
+            f"rc = cli.main(['--set', 'storage.root=\"{exported['conf'].storage.root}\"', 'lookup', "
+            "'http://www.example.com/new', '--payload']); "
+            "spark = sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')); "
+            "print(json.dumps([rc, spark, time.perf_counter() - t]), file=sys.stderr)")
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    wall = time.perf_counter() - t
+    rc, spark_modules, in_verb = json.loads(proc.stderr.decode().strip().splitlines()[-1])
+    assert (rc, spark_modules) == (0, []), proc.stderr.decode()
+    assert b"<html>new</html>" in proc.stdout and b" 200 sha1:" in proc.stdout
+    note(f"lookup: one URL and its payload in {wall * 1000:.0f} ms from process start "
+         f"({in_verb * 1000:.0f} ms after the interpreter started); pyspark never imported")

@@ -17,7 +17,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs import config
 from crawl_udfs.partition import NOT_SENT
-from crawl_udfs.rows import FetchResult, HostResult, Outlink
+from crawl_udfs.rows import FetchResult, HostResult, Outlink, RobotsCapture
 from crawl_udfs.url_normalize import fingerprint, host_of
 from tests.urls import normalize
 from jobs import common, fetch, ledger, warc_staging
@@ -134,11 +134,33 @@ def test_warc_pointers_read_back_and_only_committed_files_remain(fetched):
     warc_dir = fetched["root"] / "warc"
     pages = [r for r in fetched["rows"] if r.kind == "page" and r.warc_filename]
     assert len(pages) >= len(fetched["expected"]) - 2
-    for r in pages:
+    stored = [r for r in fetched["rows"] if r.kind in ("page", "robots") and r.warc_filename]
+    for r in stored:
         rec = _read_record(warc_dir, r.warc_filename, r.warc_offset, r.warc_length)
         assert rec.rec_headers.get_header("WARC-Target-URI") == r.url
         assert rec.rec_headers.get_header("WARC-Record-ID") == r.warc_record_id
-    assert sorted(os.listdir(warc_dir)) == sorted({r.warc_filename for r in pages})  # no _staging left
+    assert sorted(os.listdir(warc_dir)) == sorted({r.warc_filename for r in stored})  # no _staging left
+
+
+def test_robots_txt_responses_are_stored_in_warc(fetched):
+    """Every answered robots.txt request is a ``robots`` row whose pointer reads back as a response record
+    of that robots.txt, with the host row's status and body; a fresh cached robots.txt is not fetched again."""
+    from crawl_udfs.signatures import sha1_digest
+
+    hosts = {r.host: r for r in fetched["rows"] if r.kind == "host"}
+    robots = [r for r in fetched["rows"] if r.kind == "robots"]
+    answered = [h for h, r in hosts.items() if h != fetched["cached"] and r.robots_status is not None]
+    assert answered and sorted(r.host for r in robots) == sorted(answered)
+    for r in robots:
+        rec = _read_record(fetched["root"] / "warc", r.warc_filename, r.warc_offset, r.warc_length)
+        assert rec.rec_type == "response" and rec.rec_headers.get_header("WARC-Target-URI") == r.url
+        assert r.url.split("/")[2].split(":")[0] == r.host and r.url.endswith("/robots.txt")
+        assert int(rec.http_headers.get_statuscode()) == r.status_code == hosts[r.host].robots_status
+        payload = rec.content_stream().read()
+        assert sha1_digest(payload) == r.digest == rec.rec_headers.get_header("WARC-Payload-Digest")
+        assert r.content_length == len(payload) and r.warc_staging.endswith(f"-p{r.partition}-a0")
+        if r.status_code == 200:
+            assert payload == hosts[r.host].robots_body
 
 
 def test_server_saw_exactly_the_requests_of_the_committed_rows(fetched):
@@ -284,10 +306,17 @@ def test_output_batch_matches_the_table_schema(spark):
                                                                        "a", True)])
     host = HostResult(host="a.test", robots_status=200, robots_body=b"User-agent: *",
                       robots_fetched_at=1_700_000_000.0, robots_expires_at=1_700_086_400.0, sitemaps=["http://a.test/s.xml"], requests=2, robots_requests=1)
+    host.robots_captures.append(RobotsCapture(
+        host="a.test", url="http://a.test/robots.txt", fetch_time=1_699_999_999.5, status_code=200, ip="127.0.0.1",
+        content_type="text/plain", content_length=13, truncated=None, digest="sha1:X", warc_filename="x.warc.gz",
+        warc_offset=1, warc_length=2, warc_record_id="<urn:uuid:r>"))
     batch = fetch.output_batch([page, host], 7, {"a.test": 3}, "/stage/s1-p3-a0")
-    assert batch.schema == fetch.arrow_schema() and batch.num_rows == 2
-    p, h = batch.to_pylist()
+    assert batch.schema == fetch.arrow_schema() and batch.num_rows == 3
+    p, h, r = batch.to_pylist()
     assert (p["round"], p["partition"], p["kind"], h["kind"]) == (7, 3, "page", "host")
+    assert (r["kind"], r["partition"], r["url"], r["warc_offset"], r["digest"]) == (
+        "robots", 3, "http://a.test/robots.txt", 1, "sha1:X")
+    assert r["warc_staging"] == "/stage/s1-p3-a0" and r["outcome"] is None
     assert p["fetch_time"] == dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=dt.timezone.utc)
     assert p["warc_staging"] == "/stage/s1-p3-a0" and h["warc_staging"] is None
     assert p["outlinks"] == [{"url": "http://b.test/", "url_fp": fingerprint("http://b.test/"), "kind": "a",

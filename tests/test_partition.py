@@ -16,6 +16,7 @@ from crawl_udfs import config
 from crawl_udfs.admission import Admission
 from crawl_udfs.partition import NOT_SENT, fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult
+from crawl_udfs.signatures import payload_digest
 from crawl_udfs.url_normalize import fingerprint, host_of
 from tests.urls import normalize
 from tests.crawlloop import crawl
@@ -470,6 +471,18 @@ def test_a_robots_redirect_to_a_crawled_host_waits_for_that_hosts_delay(tmp_path
     assert offsite.robots_status == 200 and offsite.crawl_delay_s == 2.0 and offsite.robots_requests == 2
     denied = results[normalize(web.url("robots-redirect-offsite.test", "/private/secret.html"))]
     assert denied.outcome == "robots_denied"  # the target's rules apply to the host that redirected
+    # both answers of the chain are WARC response records (the export's robotstxt subset), owned by the offsite host
+    caps = offsite.robots_captures
+    assert [(host_of(c.url), c.status_code // 100, c.host) for c in caps] == [
+        ("robots-redirect-offsite.test", 3, "robots-redirect-offsite.test"), (target, 2, "robots-redirect-offsite.test")]
+    for c in caps:
+        with open(tmp_path / "w" / c.warc_filename, "rb") as f:
+            f.seek(c.warc_offset)
+            rec = next(iter(ArchiveIterator(io.BytesIO(f.read(c.warc_length)))))
+        assert (rec.rec_type, rec.rec_headers.get_header("WARC-Target-URI")) == ("response", c.url)
+        assert int(rec.http_headers.get_statuscode()) == c.status_code
+        assert rec.rec_headers.get_header("WARC-Payload-Digest") == c.digest == payload_digest(
+            rec.content_stream().read())
 
 
 def test_a_robots_redirect_to_a_host_the_task_does_not_hold(tmp_path):
