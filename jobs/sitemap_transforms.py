@@ -24,20 +24,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from crawl_udfs.sitemaps import SITEMAP, URL_KIND
+from jobs.update_transforms import ts
 from schemas.status import Status
 
 #: Statuses whose row a sitemap may make due before its schedule: a stored copy.
 REFRESHED = (Status.FETCHED.value, Status.NOT_MODIFIED.value)
 
 
-def _ts(now: dt.datetime):
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=dt.timezone.utc)
-    return F.lit(now).cast("timestamp")
-
-
 def _due(df: DataFrame, now: dt.datetime, round_no: int) -> DataFrame:
-    return df.select("url_fp", "host", _ts(now).alias("next_fetch_time"),
+    return df.select("url_fp", "host", ts(now).alias("next_fetch_time"),
                      F.lit(int(round_no)).cast("long").alias("updated_round")).dropDuplicates(["url_fp"])
 
 
@@ -53,7 +48,7 @@ def robots_refresh(fetch_output: DataFrame, known: DataFrame, *, now: dt.datetim
          .withColumn("url_fp", F.xxhash64("url")).dropDuplicates(["url_fp"]))
     k = known.select("url_fp", F.col("status").alias("_status"))
     due = _due(s.join(k, "url_fp").where(F.col("_status").isin(*REFRESHED)), now, round_no)
-    now_ts, zero = _ts(now), F.lit(0)
+    now_ts, zero = ts(now), F.lit(0)
     new = s.join(k, "url_fp", "left_anti").select(
         "url_fp", "host", F.lit(Status.UNFETCHED.value).alias("status"), now_ts.alias("next_fetch_time"),
         F.lit(float(score)).alias("score"), zero.alias("depth"), zero.alias("redirect_hops"), zero.alias("retries"),
@@ -75,5 +70,5 @@ def lastmod_due(prepared: DataFrame, known: DataFrame, *, now: dt.datetime, roun
          .groupBy(F.col("l.url_fp").alias("url_fp")).agg(F.max("l.lastmod").alias("_lastmod")))
     k = known.select("url_fp", "host", "status", "last_fetch_time", "next_fetch_time")
     hit = (F.col("status").isin(*REFRESHED) & (F.col("_lastmod") > F.col("last_fetch_time"))
-           & (F.col("next_fetch_time") > _ts(now)))
+           & (F.col("next_fetch_time") > ts(now)))
     return _due(e.join(k, "url_fp").where(hit), now, round_no)

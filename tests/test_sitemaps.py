@@ -179,3 +179,57 @@ def _verdict(item, body):
     v = classify(item, _resp(item.url, body), rules_for(CONF, NORM))
     v.store = Store.NOTHING  # no WARC writer in these tests
     return v
+
+
+# -- update's sitemap rules (jobs/sitemap_transforms.py) on small DataFrames ------------------------
+@pytest.mark.spark
+def test_update_rules_robots_refresh_and_lastmod(spark):
+    from jobs import sitemap_transforms as SM
+    from jobs import update_transforms as T
+    from schemas.tables import CRAWLDB, FETCH_OUTPUT
+
+    t0, now = dt.datetime(2026, 3, 1, 12), dt.datetime(2026, 3, 1, 13)
+    day = dt.timedelta(days=1)
+
+    def known(url, status, last, nxt, kind=None):
+        return dict(url_fp=fingerprint(url), host="a.test", status=status, next_fetch_time=nxt, score=1.0, depth=0,
+                    redirect_hops=0, retries=0, fetch_count=1, change_count=0, unchanged_count=0,
+                    fetch_interval_s=86400.0, first_seen=t0 - day, last_fetch_time=last, discovered_round=0,
+                    updated_round=0, url=url, fetch_kind=kind)
+    db = [known("http://a.test/sitemap.xml", "fetched", t0 - day, t0 + day, SITEMAP),  # stored: due again
+          known("http://a.test/gone.xml", "gone", t0 - day, t0 + day, SITEMAP),        # keeps its back-off
+          known("http://a.test/old", "fetched", t0 - day, t0 + day),                    # lastmod after: due now
+          known("http://a.test/fresh", "fetched", t0, t0 + day),                        # lastmod before its fetch
+          known("http://a.test/retry", "error_retry", t0 - day, t0 + day)]              # back-off kept
+    crawldb = spark.createDataFrame([tuple(r.get(f.name) for f in CRAWLDB.fields) for r in db], CRAWLDB)
+
+    def link(url, lastmod=None, kind=URL_KIND):
+        return (url, fingerprint(url), kind, False, "a.test", lastmod)
+    mid = t0 - dt.timedelta(hours=1)
+    rows = [dict(round=1, partition=0, kind="host", host="a.test",
+                 sitemap_urls=["http://a.test/sitemap.xml", "http://a.test/gone.xml", "http://a.test/new.xml"]),
+            dict(round=1, partition=0, kind="page", host="a.test", url_fp=fingerprint("http://a.test/sitemap.xml"),
+                 url="http://a.test/sitemap.xml", outcome="ok", fetch_time=t0,
+                 outlinks=[link("http://a.test/old", mid), link("http://a.test/fresh", mid),
+                           link("http://a.test/retry", mid), link("http://a.test/brand-new", mid),
+                           link("http://a.test/child.xml", kind=CHILD_KIND)])]
+    out = spark.createDataFrame([tuple(r.get(f.name) for f in FETCH_OUTPUT.fields) for r in rows], FETCH_OUTPUT)
+
+    new, due = SM.robots_refresh(out, crawldb, now=now, round_no=1, score=1.0, default_interval_s=86400.0)
+    assert [(r["url"], r["fetch_kind"], r["status"], r["depth"]) for r in new.collect()] == [
+        ("http://a.test/new.xml", SITEMAP, "unfetched", 0)]
+    lm = SM.lastmod_due(out.where(out["kind"] == "page"), crawldb, now=now, round_no=1)
+    want_due = {fingerprint("http://a.test/sitemap.xml"), fingerprint("http://a.test/old")}
+    got = due.unionByName(lm).collect()
+    assert {r["url_fp"] for r in got} == want_due and {r["next_fetch_time"] for r in got} == {now}
+
+    listed = spark.createDataFrame([(1, 0, fingerprint("http://a.test/sitemap.xml"), "a.test", 0, 1.0, 0,
+                                     "http://a.test/sitemap.xml")],
+                                   "round long, partition int, url_fp long, host string, depth int, score double, "
+                                   "redirect_hops int, url string")
+    prepared = T.prepare(out, T.with_followed(listed, out), None)
+    found = {r["url"]: r for r in T.discover(prepared, crawldb, CONF.scope, duplicates=None, follow_nofollow=False,
+                                             default_interval_s=86400.0, round_no=1, now=now).collect()}
+    assert set(found) == {"http://a.test/brand-new", "http://a.test/child.xml"}
+    assert found["http://a.test/child.xml"]["fetch_kind"] == SITEMAP and found["http://a.test/child.xml"]["depth"] == 1
+    assert found["http://a.test/brand-new"]["fetch_kind"] is None

@@ -89,7 +89,9 @@ def test_a_lastmod_newer_than_the_last_fetch_makes_the_url_due_now(spark, crawle
     home = rows[web.plan.url("sitemap-plain.test", "/")]       # lastmod: the time of the sitemap request
     other = rows[web.plan.url("sitemap-gzip.test", "/")]       # fetched in round 1 too, no lastmod for it
     assert home["fetch_count"] == other["fetch_count"] == 1
-    assert home["next_fetch_time"] <= home["last_fetch_time"] + dt_seconds(120)  # due now, not in a day
+    read = rows[web.plan.url("sitemap-plain.test", "/sitemap.xml")]["last_fetch_time"]
+    # due when update 2 read the sitemap (its "now": the round's end), not a day after its round-1 fetch
+    assert read <= home["next_fetch_time"] < home["last_fetch_time"] + dt_seconds(conf.schedule.default_interval_s / 2)
     assert other["next_fetch_time"] >= other["last_fetch_time"] + dt_seconds(conf.schedule.default_interval_s - 1)
     assert rows[web.plan.url("sitemap-plain.test", "/p1.html")]["status"] == "unfetched"
     assert ledger.get_round(spark, conf, 2)["counts"]["sitemap_due"] == 1
