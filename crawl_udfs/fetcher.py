@@ -214,8 +214,9 @@ class Fetcher:
         return await self._resolver.first_address(host)
 
     async def fetch(self, url: str, *, etag: str | None = None, last_modified: str | None = None,
-                    accept_robots: bool = False) -> FetchResponse:
-        """GET ``url`` once; never raises for network or HTTP trouble."""
+                    accept_robots: bool = False, max_body_bytes: int | None = None) -> FetchResponse:
+        """GET ``url`` once; never raises for network or HTTP trouble. ``max_body_bytes``: the body cap
+        instead of ``fetch.max_body_bytes`` (a sitemap's: ``sitemaps.max_bytes``)."""
         assert self._session is not None, "use Fetcher inside 'async with'"
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -285,7 +286,7 @@ class Fetcher:
         r.status, r.reason = resp.status, resp.reason
         r.http_version = f"{resp.version.major}.{resp.version.minor}" if resp.version else None
         r.headers = [(_header_str(k), _header_str(v)) for k, v in resp.raw_headers]
-        cap = self._f.max_body_bytes
+        cap = max_body_bytes or self._f.max_body_bytes
         if accept_robots:
             cap = min(cap, self._conf.robots.max_body_bytes)
         try:

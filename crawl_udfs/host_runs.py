@@ -46,6 +46,7 @@ from crawl_udfs.robots import RobotsPolicy, robots_url
 from crawl_udfs.robots_fetch import RobotsFetch
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
 from crawl_udfs.scheduler import PolitenessScheduler
+from crawl_udfs.sitemaps import CHILD_KIND
 from crawl_udfs.url_patterns import matches
 from crawl_udfs.url_normalize import host_of
 
@@ -161,6 +162,8 @@ class TaskHosts:
         score = link_score(parent.score, False, len(links), self.conf.scope.score_decay)
         queued = 0
         for link in links:
+            if link.kind == CHILD_KIND:  # a sitemap, read as one only from its crawl-DB row (update inserts it)
+                continue
             run = self.runs.get(link.host or host_of(link.url))
             if (run is None or run.follow_left <= 0 or link.url_fp in self.seen or link.url_fp in run.known
                     or self.sched.host_state(run.name).parked

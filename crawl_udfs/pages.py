@@ -30,11 +30,12 @@ from crawl_udfs.config import Config
 from crawl_udfs.fetcher import FetchResponse
 from crawl_udfs.parser import parse
 from crawl_udfs.responses import header
-from crawl_udfs.rows import FetchItem, FetchResult, Outcome, RobotsCapture
+from crawl_udfs.rows import FetchItem, FetchResult, Outcome, Outlink, RobotsCapture
 from crawl_udfs.near_dup import minhash
 from crawl_udfs.signatures import sha1_digest
 from crawl_udfs.simhash import simhash, words
-from crawl_udfs.url_normalize import CachedNormalizer
+from crawl_udfs.sitemaps import CHILD_KIND, SITEMAP, URL_KIND, parse_sitemap
+from crawl_udfs.url_normalize import CachedNormalizer, fingerprint
 from crawl_udfs.warc import HttpExchange, RollingWarcWriter
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,9 @@ class PageWork:
                     ptr = self.warc.write_exchange(exchange, payload_digest=r.digest)
             r.warc_filename, r.warc_offset, r.warc_length, r.warc_record_id = (
                 ptr.filename, ptr.offset, ptr.length, ptr.record_id)
-        if verdict.parse:
+        if verdict.parse and item.fetch_kind == SITEMAP:
+            self._read_sitemap(r, item, resp)
+        elif verdict.parse:
             parsed = parse(resp.body, url=item.url, content_type=verdict.content_type, headers=r.headers,
                            normalizer=self.link_normalizer, parse_conf=self.conf.parse, agent_name=self.agent)
             r.charset, r.title, r.canonical = parsed.charset, parsed.title, parsed.canonical
@@ -156,6 +159,22 @@ class PageWork:
                     r.minhash = minhash(text, n, self.conf.dedup.minhash_permutations)
                     r.words = len(words(text))
         return r
+
+    def _read_sitemap(self, r: FetchResult, item: FetchItem, resp: FetchResponse) -> None:
+        """A sitemap's entries as outlinks (URLs with their lastmod, child sitemaps), through URL admission;
+        why the file was cut or refused goes to ``error_message`` (the fetch log's)."""
+        c = self.conf.sitemaps
+        sm = parse_sitemap(resp.body, host=item.host, depth=item.depth, normalize=self.link_normalizer.normalize,
+                           base_url=item.url, max_urls=c.max_urls, max_bytes=c.max_bytes,
+                           max_index_depth=c.max_index_depth, not_after=resp.started_at)
+        links = [Outlink(url=e.url, url_fp=fingerprint(e.url), kind=URL_KIND, host=item.host, lastmod=e.lastmod)
+                 for e in sm.urls]
+        links += [Outlink(url=e.url, url_fp=fingerprint(e.url), kind=CHILD_KIND, host=item.host)
+                  for e in sm.children]
+        r.outlinks, filtered = admitted(links, item, self.rules)
+        r.outlinks_filtered = filtered + sm.foreign
+        if sm.reason is not None:
+            r.error_message = f"sitemap: {sm.reason}"
 
 
 def _exchange(url: str, resp: FetchResponse) -> HttpExchange:

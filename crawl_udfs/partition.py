@@ -79,6 +79,7 @@ from crawl_udfs.robots import RobotsPolicy
 from crawl_udfs.robots_fetch import RobotsDone, RobotsFetch, robots_step
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome
 from crawl_udfs.scheduler import PolitenessScheduler
+from crawl_udfs.sitemaps import SITEMAP, robots_sitemaps
 from crawl_udfs.tail import TAIL_CUT, TailJudge
 from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, host_of
 from crawl_udfs.warc import RollingWarcWriter
@@ -328,6 +329,9 @@ class _Task:
         if end:
             policy = RobotsPolicy.from_fetch(step.status, step.body, self.clock.now(), self.agent, self.conf.robots)
             self.hosts.robots_known(run, policy)
+            if self.conf.sitemaps.enabled and not policy.unavailable:  # update makes them due (jobs/sitemap_transforms)
+                named = robots_sitemaps(run.robots_url, policy.sitemaps, self.normalizer.normalize, run.name)
+                run.result.sitemap_urls = [u for u in named if self.pages.rules.admission.reason(u) is None]
         else:
             await self._queue_hop(step)
 
@@ -353,7 +357,8 @@ class _Task:
     async def _fetch_page(self, run: HostRun, item: FetchItem) -> None:
         now = self.clock.now()
         waited = (now - self.hosts.queued_at.get(id(item), now)) * 1000.0
-        resp = await self.fetcher.fetch(item.url, etag=item.etag, last_modified=item.last_modified)
+        cap = self.conf.sitemaps.max_bytes if item.fetch_kind == SITEMAP else None  # the protocol's cap, not a page's
+        resp = await self.fetcher.fetch(item.url, etag=item.etag, last_modified=item.last_modified, max_body_bytes=cap)
         self.hosts.count(run, resp)
         # Release the host the moment its response is in, before parsing and WARC
         # writing, so that CPU work in this task never lengthens a politeness gap

@@ -49,6 +49,7 @@ class FetchItem:
     prev_fetch_time: float | None = None    # when that copy was fetched
     in_round: bool = False            # followed inside this round (host_runs.TaskHosts.follow), not on the fetch list
     source_fp: int | None = None      # in_round: url_fp of the page it was found on
+    fetch_kind: str | None = None     # "sitemap": read as a sitemap (crawl_udfs.sitemaps); None: a page
 
 
 @dataclass(slots=True)
@@ -72,9 +73,10 @@ class HostState:
 class Outlink:
     url: str                  # normalised absolute URL
     url_fp: int
-    kind: str                 # "a", "area", "frame", "iframe", "canonical", "redirect"
+    kind: str                 # "a", "area", "frame", "iframe", "canonical", "redirect", "sitemap", "sitemap_child"
     nofollow: bool = False    # rel=nofollow, or the page is under meta/X-Robots-Tag nofollow
     host: str | None = None   # host_of(url); jobs/fetch.output_columns fills it when None (update reads it)
+    lastmod: float | None = None  # kind "sitemap": the sitemap's <lastmod> for it (epoch seconds)
 
 
 @dataclass(slots=True)
@@ -169,6 +171,7 @@ class HostResult:
     bytes_received: int = 0
     delay_s: float | None = None         # seconds per request at the end: delay + back-off + request (host_result)
     robots_captures: list[RobotsCapture] = field(default_factory=list)  # its robots.txt responses stored in WARC
+    sitemap_urls: list[str] | None = None  # robots.txt fetched in this task, sitemaps on: the host's sitemaps to read
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -52,7 +52,7 @@ from schemas.tables import FETCH_OUTPUT
 
 #: Columns of the one input DataFrame: ``kind`` = "item" (a fetch-list row) or "host" (a hosts row).
 ITEM_COLUMNS = ("url", "url_fp", "depth", "score", "redirect_hops", "etag", "last_modified", "prev_digest",
-                "prev_warc_record_id", "prev_fetch_time")
+                "prev_warc_record_id", "prev_fetch_time", "fetch_kind")
 HOST_COLUMNS = ("robots_status", "robots_body", "robots_fetched_at", "robots_expires_at", "next_allowed_at",
                 "consecutive_failures", "ip", "dup_patterns")
 _EPOCH_COLUMNS = ("prev_fetch_time", "robots_fetched_at", "robots_expires_at", "next_allowed_at")
@@ -207,7 +207,7 @@ def output_columns(results: Iterable[FetchResult | HostResult], round_no: int, p
                 v = values[name]
             elif name == "outlinks":
                 v = [{"url": o.url, "url_fp": o.url_fp, "kind": o.kind, "nofollow": o.nofollow,
-                      "host": o.host or host_of(o.url)}
+                      "host": o.host or host_of(o.url), "lastmod": _micros(o.lastmod)}
                      for o in r.outlinks] if page else None
             elif name == "warc_staging":
                 v = staging if kind != "host" and r.warc_filename else None

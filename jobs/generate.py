@@ -157,7 +157,7 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
            .select("url_fp", "host", "status", "next_fetch_time", "score", "depth", "redirect_hops", "etag",
                    "last_modified", F.col("digest").alias("prev_digest"),
                    F.col("warc_record_id").alias("prev_warc_record_id"),
-                   F.col("warc_fetch_time").alias("prev_fetch_time"), "url", "importance"))
+                   F.col("warc_fetch_time").alias("prev_fetch_time"), "url", "importance", "fetch_kind"))
     host_info = hosts.select("host", "ip", "parked_until", "pages_fetched", "bytes_fetched", "round_cap",
                              "delay_s", "crawl_delay_s", "dup_patterns")
     remaining = host_cap(max_per_host=max_per_host, max_pages_per_host=max_pages_per_host,

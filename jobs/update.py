@@ -17,7 +17,8 @@ Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms
    budget rows, one row per url_fp (updated > new > budget), flag ``_kind``:
    whenMatched(``_kind`` in update/budget AND ``t.updated_round < N``) → update
    all; whenMatched(``_kind`` = repoint AND the same guard) → status, dup_of,
-   updated_round; whenNotMatched(``_kind`` in update/new) → insert.
+   updated_round; whenMatched(``_kind`` = due AND the same guard) → next_fetch_time, updated_round
+   (a sitemap's lastmod or a robots.txt refresh: ``jobs/sitemap_transforms.py``); whenNotMatched(``_kind`` in update/new) → insert.
 2. MERGE into ``hosts`` on ``host``, guarded by ``t.updated_round < N``.
 3. Appends to ``fetch_log`` and ``links`` (and ``near_dup_index`` with ``dedup.near_duplicates``) with
    ``txnAppId = deltacrawl-update-<table>``, ``txnVersion = N``: a rerun of round N appends nothing.
@@ -47,6 +48,7 @@ from jobs import hosts_transforms as HT
 from jobs import originals as O
 from jobs import pattern_transforms as P
 from jobs import schedule_transforms as SC
+from jobs import sitemap_transforms as SM
 from jobs import update_transforms as T
 from jobs.generate import max_urls_per_host
 from jobs.update_counters import Counters
@@ -130,6 +132,11 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
         repointed = O.repointed_rows(decided, round_no=round_no, was=T.WAS)
     new = T.discover(prepared, known, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
+    # sitemaps: due again on a robots.txt refresh; a lastmod after a URL's last fetch makes it due now
+    sitemaps, due = SM.robots_refresh(fetch_output, known, now=now, round_no=round_no, score=conf.inject.score,
+                                      default_interval_s=conf.schedule.default_interval_s)
+    new = new.unionByName(sitemaps, allowMissingColumns=True)
+    due = due.unionByName(SM.lastmod_due(prepared, known, now=now, round_no=round_no))
     signals = HT.trap_signals(updated, near, known)  # the same lookup: copies of a host's own pages
     counts = HT.page_counts(updated).join(signals, "host", "left")
     hosts_new = HT.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
@@ -145,7 +152,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     # the crawl DB is scanned for budget rows only in a round where a host reached its budget (one small
     # job to know); else the slice, where an empty set of hosts finds no row either
     budget = HT.budget_rows(known if reached.isEmpty() else crawldb, reached, round_no=round_no)
-    source = T.merge_source(updated, new, budget, exhausted, repointed)  # computed once, by its staging write
+    source = T.merge_source(updated, new, budget, exhausted, repointed, due)  # computed once, by its staging write
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
                 links=T.link_rows(prepared, round_no=round_no), near_dup_index=index_rows)
@@ -267,6 +274,8 @@ def _merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
          .whenMatchedUpdate(condition=f"s._kind IN ('update', 'budget') AND t.updated_round < {n}", set=owned)
          .whenMatchedUpdate(condition=f"s._kind = 'repoint' AND t.updated_round < {n}",
                             set={c: f"s.`{c}`" for c in ("status", "dup_of", "updated_round")})
+         .whenMatchedUpdate(condition=f"s._kind = 'due' AND t.updated_round < {n}",
+                            set={c: f"s.`{c}`" for c in ("next_fetch_time", "updated_round")})
          .whenNotMatchedInsert(condition="s._kind IN ('update', 'new')", values=cols)
          .execute())
 

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from crawl_udfs.admission import SAME_DOC_KINDS, link_depth, link_score
 from crawl_udfs.rows import Outcome
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
+from crawl_udfs.sitemaps import CHILD_KIND, SITEMAP
 from jobs import schedule_transforms as S
 from jobs.originals import MEMBER_COLUMNS, ORIG, ORIGINAL_STATUSES, first_copy_time, with_original
 from schemas.status import Status
@@ -242,6 +243,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         "unchanged_span_s": F.col(S.SPAN),
         "change_rate": F.col(S.RATE),
         "gone_checks": gone_checks,
+        "fetch_kind": o("fetch_kind"),
         S.GAP: F.col(S.GAP),
         CAT: cat,
         BASE: base,
@@ -384,10 +386,11 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, duplicates: Data
         "src_fp", F.when(F.col("l.kind") == "redirect", F.col("_moved")).alias("_moved"),
         link_depth(F.col("src_depth"), same_doc, COLUMN_OPS).alias("depth"),
         F.when(F.col("l.kind") == "redirect", F.col("src_hops") + 1).otherwise(F.lit(0)).alias("redirect_hops"),
-        link_score(src_score, same_doc, n_sharing, float(scope.score_decay), COLUMN_OPS).alias("score"))
+        link_score(src_score, same_doc, n_sharing, float(scope.score_decay), COLUMN_OPS).alias("score"),
+        F.when(F.col("l.kind") == CHILD_KIND, F.lit(SITEMAP)).alias("fetch_kind"))
     best = F.min(F.struct("depth", "redirect_hops", "src_fp", "url", "host")).alias("b")
     moved = F.min_by("_moved", F.when(F.col("_moved").isNotNull(), F.col("src_fp"))).alias("_moved")
-    d = e.groupBy("url_fp").agg(best, F.max("score").alias("score"), moved)
+    d = e.groupBy("url_fp").agg(best, F.max("score").alias("score"), moved, F.max("fetch_kind").alias("fetch_kind"))
     d = d.join(touching(crawldb.select("url_fp"), d, "url_fp"), "url_fp", "left_anti")
     now_ts = ts(now)
     zero = F.lit(0)
@@ -401,16 +404,17 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, duplicates: Data
         F.lit(int(round_no)).cast("long").alias("discovered_round"),
         F.lit(int(round_no)).cast("long").alias("updated_round"),
         F.col("b.src_fp").alias("source_fp"), F.col("b.url").alias("url"),
-        *[F.col(f"_moved.{c}").alias(c) for c in MOVED[2:]])
+        *[F.col(f"_moved.{c}").alias(c) for c in MOVED[2:]], "fetch_kind")
 
 
 # -- 6. the merge source ---------------------------------------------------------------------
 def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhausted: DataFrame,
-                 repointed: DataFrame | None = None) -> DataFrame:
-    """One row per url_fp (update > repoint > new > budget), CRAWLDB columns + ``_kind`` + ``_was`` (the status
+                 repointed: DataFrame | None = None, due: DataFrame | None = None) -> DataFrame:
+    """One row per url_fp (update > repoint > new > budget > due), CRAWLDB columns + ``_kind`` + ``_was`` (the status
     the row had in the crawl DB read, null for a URL absent from it: what the MERGE changes).
     ``repointed``: :func:`jobs.originals.repoint`'s crawl-DB rows (status, dup_of, updated_round: all the
-    MERGE sets of a ``repoint`` row).
+    MERGE sets of a ``repoint`` row). ``due``: known URLs a sitemap makes due now (``jobs/sitemap_transforms.py``:
+    ``next_fetch_time``, ``updated_round``, all the MERGE sets of a ``due`` row).
 
     Rows still ``unfetched`` on an exhausted host (``exhausted``: ``host``,
     ``budget_reason``) become ``budget_exhausted``, error_class "budget:<reason>".
@@ -426,6 +430,8 @@ def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhauste
     allrows = shape(updated, "update", 0).unionByName(shape(new, "new", 2)).unionByName(shape(budget, "budget", 3))
     if repointed is not None:
         allrows = allrows.unionByName(shape(repointed, "repoint", 1))
+    if due is not None:
+        allrows = allrows.unionByName(shape(due, "due", 4))
     w = Window.partitionBy("url_fp").orderBy("_rank")
     one = allrows.withColumn("_n", F.row_number().over(w)).where(F.col("_n") == 1).drop("_n", "_rank")
     ex = exhausted.select("host", F.col("budget_reason").alias("_ex"))

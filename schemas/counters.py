@@ -63,6 +63,8 @@ COUNTERS: tuple[Counter, ...] = (
                                          "(plus indexed pages a canonical target of the round beat)"),
     Counter("repointed", "update", "crawl-DB rows not of the round whose status or dup_of changed: originals "
                                    "a canonical target beat, copies of an original that went (jobs/originals.py)"),
+    Counter("sitemap_due", "update", "known URLs a sitemap made due now, ahead of their schedule: a lastmod after "
+            "their last fetch, or a stored sitemap whose host's robots.txt was fetched (jobs/sitemap_transforms.py)"),
     Counter("near_dup_index", "update", "near_dup_index rows appended (block keys of the round's new originals)"),
     Counter("budget_exhausted", "update", "crawldb rows left budget_exhausted by this round's MERGE source"),
     Counter("hosts_updated", "update", "hosts rows written (hosts seen this round)"),

@@ -71,6 +71,10 @@ CRAWLDB = StructType([
     _f("importance", DoubleType(), True,
        "host-damped PageRank over the links table x the URLs counted (mean <= 1), refreshed every "
        "importance.every_rounds rounds; generate's priority reads it (null: not computed yet, the score stands in)"),
+    # sitemaps (crawl_udfs/sitemaps.py); last, so `init` appends it to old tables
+    _f("fetch_kind", StringType(), True,
+       "'sitemap': a sitemap, fetched as a request of its host and read as one (its URLs become outlinks); "
+       "null: a page"),
 ])
 
 #: One learnt URL pattern of a host (crawl_udfs/url_patterns.py), with the evidence it was learnt from.
@@ -161,7 +165,8 @@ LINKS = StructType([
     _f("round", LongType(), False, ""),
     _f("src_fp", LongType(), False, ""),
     _f("dst_fp", LongType(), False, ""),
-    _f("kind", StringType(), False, "a, area, frame, iframe, canonical, redirect"),
+    _f("kind", StringType(), False, "a, area, frame, iframe, canonical, redirect, sitemap (a URL a sitemap "
+       "lists), sitemap_child (a sitemap an index lists)"),
     _f("nofollow", BooleanType(), False, ""),
     _f("dst_url", StringType(), False, ""),
 ])
@@ -187,6 +192,7 @@ OUTLINK = StructType([
     _f("kind", StringType(), True, ""),
     _f("nofollow", BooleanType(), True, ""),
     _f("host", StringType(), True, ""),
+    _f("lastmod", TimestampType(), True, "kind sitemap: the sitemap's <lastmod> for the URL"),
 ])
 
 #: The round's fetch list (segment), one row per URL to fetch; written by generate.
@@ -204,6 +210,7 @@ FETCH_LIST = StructType([
     _f("prev_warc_record_id", StringType(), True, ""),
     _f("prev_fetch_time", TimestampType(), True, ""),
     _f("url", StringType(), False, ""),
+    _f("fetch_kind", StringType(), True, "crawldb.fetch_kind: 'sitemap' or null (a page)"),
 ])
 
 #: The round's fetch output (segment): one "page" row per fetch-list URL, one "host" row per host
@@ -271,6 +278,10 @@ FETCH_OUTPUT = StructType([
     # near-duplicate signatures (crawl_udfs/near_dup.py); last, so `init` appends them to old tables
     _f("minhash", BinaryType(), True, "MinHash of the main text's shingles: dedup.minhash_permutations x 4 bytes"),
     _f("words", IntegerType(), True, "main-text length in words (null: no main text)"),
+    # sitemaps (crawl_udfs/sitemaps.py); last, so `init` appends it to old tables
+    _f("sitemap_urls", ArrayType(StringType(), True), True,
+       "host rows, robots.txt fetched in the round (sitemaps.enabled): the host's sitemaps to read, "
+       "normalised (those robots.txt names on the host, then /sitemap.xml)"),
 ])
 
 #: The near-duplicate index (jobs/dedup_transforms.py): one row per (SimHash block key, original page),

@@ -320,7 +320,7 @@ def test_output_batch_matches_the_table_schema(spark):
     assert p["fetch_time"] == dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=dt.timezone.utc)
     assert p["warc_staging"] == "/stage/s1-p3-a0" and h["warc_staging"] is None
     assert p["outlinks"] == [{"url": "http://b.test/", "url_fp": fingerprint("http://b.test/"), "kind": "a",
-                              "nofollow": True, "host": "b.test"}]
+                              "nofollow": True, "host": "b.test", "lastmod": None}]
     assert h["outlinks"] is None and h["robots_body"] == b"User-agent: *" and h["sitemaps"] == ["http://a.test/s.xml"]
     back = spark.createDataFrame(pa.Table.from_batches([batch])).collect()
     assert back[0].fetch_time == dt.datetime(2023, 11, 14, 22, 13, 20, 123456)  # naive UTC, as the tables hold

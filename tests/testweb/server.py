@@ -366,6 +366,9 @@ class TestWebServer:
         if b == "file":
             ctype = page.content_type + (f"; charset={page.charset}" if page.charset else "")
             return await self.send_validated(request, ex, page.body or b"", ctype)
+        if b == "file-now":  # a sitemap whose {now} lastmods are the time of the request (sites._gen_sitemap)
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()).encode()
+            return await self.send(request, ex, 200, (page.body or b"").replace(b"{now}", now), page.content_type)
         if b == "redirect":
             return await self.send(request, ex, page.status, render.small("moved"), headers={"Location": page.location})
         if b == "status":

@@ -29,6 +29,8 @@ from . import robots
 from .model import HTML_BEHAVIOURS, Knobs, Link, Page, normalize, split_target
 
 KINDS = ("site", "robots", "trap", "dup", "hostile", "ssrf")
+#: Kinds a plan has only when named (``kinds=[..., "sitemap"]``): the default plan stays as it was.
+OPT_IN_KINDS = ("sitemap",)
 CIDR = "127.10.0.0/16"
 REFUSED_ADDRESS = "127.10.255.254"
 BAIT_NAMES = {"intranet.bait.test": "127.66.0.1", "admin.bait.test": "127.0.0.1"}
@@ -54,7 +56,13 @@ SPECIALS: tuple[tuple[str, str, str], ...] = (
         "drip", "huge", "bombs", "redirects", "redirects-b", "throttle-seconds", "throttle-date",
         "flaky", "down", "hang", "reset", "badheaders", "deephtml", "manylinks", "refused")),
     ("ssrf", "links", ALWAYS_ALLOW),
+    # opt-in (OPT_IN_KINDS): last, so the default plan's addresses do not move
+    ("sitemap", "plain", "sitemap"),
+    *(("sitemap", v, ALWAYS_ALLOW) for v in ("index", "gzip", "cap", "bomb", "foreign")),
 )
+#: URLs sitemap-cap.test's /sitemap.xml lists (a test sets sitemaps.max_urls below it).
+SITEMAP_CAP_URLS = 60
+_SM_NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 RAW_VARIANTS = ("reset", "badheaders")  # served by the raw socket server, not aiohttp
 INFINITE = {("trap", "calendar"), ("trap", "facets"), ("trap", "repeat"), ("trap", "deep")}
 ROBOTS_EXTRAS = ("/private/", "/private/ok.html", "/private/secret.html", "/members/", "/members/profile.html",
@@ -690,8 +698,84 @@ def _gen_live(h: HostPlan) -> dict[str, Page]:
     return {"/": home, **{p: Page(p, behaviour="live") for p in paths}}
 
 
+def _urlset(h: HostPlan, entries: list[tuple[str, str | None]]) -> bytes:
+    """A sitemap listing ``(URL, lastmod)``; a path is made absolute on ``h``."""
+    items = "".join(f"<url><loc>{u if '://' in u else h.url(u)}</loc>" + (f"<lastmod>{m}</lastmod>" if m else "")
+                    + "</url>" for u, m in entries)
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset {_SM_NS}>{items}</urlset>\n'.encode()
+
+
+def _sitemap_index(h: HostPlan, paths: list[str]) -> bytes:
+    items = "".join(f"<sitemap><loc>{h.url(p)}</loc></sitemap>" for p in paths)
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n<sitemapindex {_SM_NS}>{items}</sitemapindex>\n'.encode()
+
+
+def _xml(path: str, body: bytes, behaviour: str = "file", ctype: str = "application/xml") -> Page:
+    return Page(path, behaviour, content_type=ctype, charset=None, body=body)
+
+
+def _gen_sitemap(h: HostPlan) -> dict[str, Page]:
+    """Sitemap hosts: a home page linking nothing, pages only their sitemaps list, and the sitemaps.
+
+    plain (robots.txt names /sitemap.xml and /sitemap-extra.xml, a 404): /sitemap.xml lists /, whose
+    lastmod is the time of the request (behaviour file-now: newer than any earlier fetch of /), and
+    /p1-/p3.html with an old lastmod, none, and an invalid one. index: an index of /sm/pages.xml, the
+    gzip file /sm/more.xml.gz and another index /sm/index2.xml (of /sm/deep.xml). gzip: /sitemap.xml
+    is gzip bytes served as application/gzip. cap: SITEMAP_CAP_URLS URLs. bomb: billion laughs.
+    foreign: its own /f1.html and URLs of sitemap-plain.test and another test web host.
+    """
+    v = h.variant
+    home = Page("/", title=f"{h.name} home", text=prose(h.rng("home"), 40))
+    pages = {"/": home}
+
+    def leaves(*paths: str) -> None:
+        pages.update({p: Page(p, title=p, text=f"sitemap page {p} of {h.name}") for p in paths})
+    if v == "plain":
+        leaves("/p1.html", "/p2.html", "/p3.html")
+        pages["/sitemap.xml"] = _xml("/sitemap.xml", _urlset(h, [
+            ("/", "{now}"), ("/p1.html", "2020-01-01"), ("/p2.html", None), ("/p3.html", "soon")]), "file-now")
+    elif v == "index":
+        leaves("/i1.html", "/i2.html", "/g1.html", "/g2.html", "/deep.html")
+        pages["/sitemap.xml"] = _xml("/sitemap.xml", _sitemap_index(h, ["/sm/pages.xml", "/sm/more.xml.gz",
+                                                                         "/sm/index2.xml"]))
+        pages["/sm/pages.xml"] = _xml("/sm/pages.xml", _urlset(h, [("/i1.html", None), ("/i2.html", None)]))
+        pages["/sm/more.xml.gz"] = _xml("/sm/more.xml.gz", gzip_bytes(_urlset(h, [("/g1.html", None),
+                                                                                  ("/g2.html", None)])),
+                                        ctype="application/gzip")
+        pages["/sm/index2.xml"] = _xml("/sm/index2.xml", _sitemap_index(h, ["/sm/deep.xml"]))
+        pages["/sm/deep.xml"] = _xml("/sm/deep.xml", _urlset(h, [("/deep.html", None)]))
+    elif v == "gzip":
+        leaves("/z1.html", "/z2.html")
+        pages["/sitemap.xml"] = _xml("/sitemap.xml", gzip_bytes(_urlset(h, [("/z1.html", "2021-06-01T10:00:00Z"),
+                                                                             ("/z2.html", None)])),
+                                     ctype="application/gzip")
+    elif v == "cap":
+        paths = [f"/c/{i}.html" for i in range(SITEMAP_CAP_URLS)]
+        leaves(*paths)
+        pages["/sitemap.xml"] = _xml("/sitemap.xml", _urlset(h, [(p, None) for p in paths]))
+    elif v == "bomb":
+        lol = "".join(f'<!ENTITY l{i} "{("&l%d;" % (i - 1)) * 10}">' for i in range(1, 10))
+        body = (f'<?xml version="1.0"?>\n<!DOCTYPE urlset [<!ENTITY l0 "lol">{lol}]>\n'
+                f'<urlset {_SM_NS}><url><loc>{h.url("/")}&l9;</loc></url></urlset>\n')
+        pages["/sitemap.xml"] = _xml("/sitemap.xml", body.encode())
+    elif v == "foreign":
+        leaves("/f1.html")
+        pages["/sitemap.xml"] = _xml("/sitemap.xml", _urlset(h, [
+            ("/f1.html", None), (h.plan.url("sitemap-plain.test", "/p1.html"), None),
+            (h.plan.url("sitemap-plain.test", "/elsewhere.html"), None), (h.plan.url("news-0.test", "/"), None)]))
+    else:
+        raise ValueError(v)
+    return pages
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """gzip with a fixed header time: the plan's bytes are the same on every build."""
+    import gzip
+    return gzip.compress(data, mtime=0)
+
+
 _GENERATORS = {"site": _gen_site, "robots": _gen_robots, "trap": _gen_trap, "dup": _gen_dup,
-               "hostile": _gen_hostile, "ssrf": _gen_ssrf, "live": _gen_live}
+               "hostile": _gen_hostile, "ssrf": _gen_ssrf, "live": _gen_live, "sitemap": _gen_sitemap}
 
 
 # ------------------------------------------------------------------ the plan
@@ -778,9 +862,9 @@ def build_plan(n_hosts: int = 300, seed: int = 7, port: int = 0, kinds: tuple[st
                knobs: Knobs | None = None) -> Plan:
     """The plan: the special hosts of ``kinds`` (all by default) first, then ordinary sites up to ``n_hosts``."""
     kinds = tuple(KINDS if kinds is None else kinds)
-    unknown = set(kinds) - set(KINDS)
+    unknown = set(kinds) - set(KINDS) - set(OPT_IN_KINDS)
     if unknown:
-        raise ValueError(f"unknown kinds {sorted(unknown)}; known: {KINDS}")
+        raise ValueError(f"unknown kinds {sorted(unknown)}; known: {KINDS + OPT_IN_KINDS}")
     specials = [s for s in SPECIALS if s[0] in kinds]
     if n_hosts < len(specials):
         raise ValueError(f"n_hosts={n_hosts} is too small for kinds {kinds}: their special hosts alone are "
