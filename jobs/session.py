@@ -21,6 +21,9 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
+#: The JVM's log level (log4j) while a command runs.
+LOG_LEVEL = "WARN"
+
 #: The oldest Java the bundled Spark runs on (Spark 4 needs 17).
 MIN_JAVA = 17
 _java_checked: list[str] = []  # the java found good once in this process
@@ -90,7 +93,7 @@ def build_session(conf: Config, *, app_suffix: str = ""):
         key, _, value = pair.partition("=")
         builder = builder.config(key.strip(), value.strip())
     spark = configure_spark_with_delta_pip(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(LOG_LEVEL)
     return spark
 
 
