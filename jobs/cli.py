@@ -3,7 +3,7 @@
     deltacrawl [--conf FILE.toml] [--set KEY=VALUE]... COMMAND
 
 Every failure an operator can cause (bad configuration, missing tables,
-unreachable storage, no Java) ends in one line on stderr and exit status 2;
+unreachable storage, no Java, a SQL query Spark rejects) ends in one line on stderr and exit status 2;
 ``--debug`` shows the traceback as well. This is the one entry point: the job
 modules have no ``main()`` of their own.
 
