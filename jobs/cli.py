@@ -3,7 +3,7 @@
     deltacrawl [--conf FILE.toml] [--set KEY=VALUE]... COMMAND
 
 Every failure an operator can cause (bad configuration, missing tables,
-unreachable storage, no Java) ends in one line on stderr and exit status 2;
+unreachable storage, no Java, a SQL query Spark rejects) ends in one line on stderr and exit status 2;
 ``--debug`` shows the traceback as well. This is the one entry point: the job
 modules have no ``main()`` of their own.
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return _dispatch(args, conf)
     except ConfigError as e:
         from jobs.lease import LeaseHeld
-        if args.debug or os.environ.get("DELTACRAWL_DEBUG"):
+        if _debug(args):
             raise
         if isinstance(e, LeaseHeld):
             print(f"deltacrawl: {args.command} refused: {e}", file=sys.stderr)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         print("deltacrawl: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - the operator gets one line, --debug the rest
-        if args.debug or os.environ.get("DELTACRAWL_DEBUG"):
+        if _debug(args):
             raise
         from jobs.common import error_hint, error_line
         from jobs.spark_log import current
@@ -113,10 +113,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _debug(args) -> bool:
+    """--debug or DELTACRAWL_DEBUG: tracebacks and Spark's own error logs are shown."""
+    return bool(args.debug or os.environ.get("DELTACRAWL_DEBUG"))
+
+
 def _dispatch(args, conf) -> int:
     from jobs import lease
     from jobs.session import build_session
 
+    if not _debug(args):
+        _quiet_query_logs()
     spark = build_session(conf, app_suffix=args.command)
     _check_storage(spark, conf)
     if args.command not in WRITERS:
@@ -164,7 +171,8 @@ def _run(spark, conf, args) -> int:
         _print_counts("export", export.run(spark, conf, args.out))
     elif args.command == "sql":
         common.register_tables(spark, conf)  # the names are for the query; every verb reads tables by path
-        _sql(spark, args.query, args.format, args.limit)
+        _sql(spark, args.query, args.format, args.limit, quiet=not _debug(args),
+             log_level=conf.spark.log_level)
     elif args.command == "report":
         from jobs import report
         directory, md = report.run(spark, conf, args.round_no)
@@ -199,19 +207,55 @@ def _print_counts(verb: str, counts: dict) -> None:
     print(f"{verb}: {items}")
 
 
-def _sql(spark, query: str, fmt: str, limit: int) -> None:
-    df = spark.sql(query)
-    if fmt == "table":
-        df.show(limit, truncate=80)
-    elif fmt == "json":
-        for row in df.toLocalIterator():
-            print(json.dumps(row.asDict(recursive=True), default=str))
-    else:
-        import csv
-        w = csv.writer(sys.stdout)
-        w.writerow(df.columns)
-        for row in df.toLocalIterator():
-            w.writerow(list(row))
+def _sql(spark, query: str, fmt: str, limit: int, *, quiet: bool, log_level: str) -> None:
+    """Print the query's rows; a query Spark rejects (syntax, unknown table or column, a value that
+    does not cast...) is the operator's error: one line, exit status 2. ``quiet``: the JVM logs
+    nothing meanwhile (a task failing on a bad value logs its stack trace twice, from the executor
+    and the scheduler)."""
+    from pyspark.errors import PySparkException
+
+    if quiet:
+        spark.sparkContext.setLogLevel("OFF")
+    try:
+        df = spark.sql(query)
+        if fmt == "table":
+            df.show(limit, truncate=80)
+        elif fmt == "json":
+            for row in df.toLocalIterator():
+                print(json.dumps(row.asDict(recursive=True), default=str))
+        else:
+            import csv
+            w = csv.writer(sys.stdout)
+            w.writerow(df.columns)
+            for row in df.toLocalIterator():
+                w.writerow(list(row))
+    except PySparkException as e:
+        if not quiet:
+            raise
+        raise ConfigError(f"sql: {query_error(e)}") from None
+    finally:
+        spark.sparkContext.setLogLevel(log_level)
+
+
+def query_error(e) -> str:
+    """The first line of a rejected query's error (Spark's error class and message, without the
+    plan or the query echoed under it), naming the tables when the query named an unknown one."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    line = (lines[0] if lines else type(e).__name__)[:300]
+    if "TABLE_OR_VIEW_NOT_FOUND" in line:
+        from schemas.tables import TABLES
+        line += f" (deltacrawl's tables: {', '.join(TABLES)})"
+    return line
+
+
+def _quiet_query_logs() -> None:
+    """PySpark logs each SQL error it raises as a JSON line carrying the Java stack trace (its
+    ``SQLQueryContextLogger``), before our one line says the same; --debug keeps them."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,14 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def e2e_crawl(spark, tmp_path_factory):
+    """(web, conf, base CLI args, request log, violations) of the suite's one multi-round crawl of the
+    test web (tests/e2e_crawl.py), run at its first use; read it, never write to it."""
+    from tests import e2e_crawl as crawl
+    yield from crawl.crawl(tmp_path_factory.mktemp("e2e"))
+
+
 @pytest.fixture
 def crawl_conf(tmp_path):
     """A config whose storage.root is a fresh temporary directory."""

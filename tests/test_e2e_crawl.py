@@ -18,36 +18,15 @@ from crawl_udfs.partition import NOT_SENT
 from tests.urls import normalize
 from jobs import cli, common, ledger
 from tests.summary import note
-from tests.testweb import TestWeb
+from tests.e2e_crawl import BUDGET_PAGES, ROUNDS
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-DELAY = 0.5
-ROUNDS = 3
-BUDGET_PAGES = 8
 
-
-@pytest.fixture(scope="module")
-def crawled(spark, tmp_path_factory):
-    d = tmp_path_factory.mktemp("e2e")
-    with TestWeb(d / "web", n_hosts=50, seed=21, kinds=["site", "robots", "trap", "dup"]) as web:
-        overlay = d / "e2e.toml"
-        overlay.write_text(
-            f'[storage]\nroot = "{d / "crawl"}"\n'
-            f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
-            f"[politeness]\nhost_delay_s = {DELAY}\n"
-            "[fetch]\ntask_budget_s = 25.0\ntotal_timeout_s = 6.0\n"
-            f"[budget]\nmax_pages_per_host = {BUDGET_PAGES}\n"
-            "[generate]\nmax_urls_per_host = 4\nfetch_partitions = 2\n")
-        seeds = d / "seeds.txt"
-        seeds.write_text("# seeds\n" + "\n".join(web.seeds()) + "\nnot a url\n")
-        base = ["--conf", str(overlay)]
-        assert cli.main(base + ["init"]) == 0
-        assert cli.main(base + ["inject", str(seeds)]) == 0
-        assert cli.main(base + ["crawl", "--rounds", str(ROUNDS)]) == 0
-        from crawl_udfs import config
-        conf = config.load([overlay])
-        yield web, conf, base, web.log(), web.violations(host_delay_s=DELAY, max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)
+@pytest.fixture
+def crawled(e2e_crawl):
+    """The shared 3-round crawl (tests/e2e_crawl.py)."""
+    return e2e_crawl
 
 
 def _rows(spark, conf, name):
