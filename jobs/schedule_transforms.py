@@ -9,10 +9,11 @@ Policies (``schedule.policy``), for rows with a stored copy (ok, 304):
 - ``fixed``: ``default_interval_s`` (no clamping: the behaviour before the adaptive schedule);
 - ``nutch``: Nutch's AdaptiveFetchSchedule on the previous interval;
 - ``adaptive``: the SIGMOD 2000 optimum at the round's multiplier, from the estimated rate and the
-  URL's ``score`` as importance. The budget: the round's stored pages together get as many re-fetches
-  per second as ``fixed`` would give them (count / default_interval_s), spread to maximise their
-  weighted freshness; the multiplier that spends exactly that is found by bisection on the driver over
-  the round's (rate, weight) pairs, bucketed (half a natural-log unit of rate and of weight each): one Spark job.
+  URL's ``score`` as importance. The budget: the stored pages together get as many re-fetches per
+  second as ``fixed`` would give them (count / default_interval_s), spread to maximise their weighted
+  freshness; the multiplier that spends exactly that is found by bisection on the driver over every
+  stored page's (rate, weight) pair (the round's new ones, the crawl DB's others), bucketed (half a
+  natural-log unit of rate and of weight each): one Spark job, a scan of the crawl DB.
 The change history is kept under every policy, so switching policy starts from evidence; the rate
 itself (40 bisection steps over the history per row) is computed only under ``adaptive``.
 """
@@ -23,6 +24,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from crawl_udfs import change_rate as R
+from schemas.status import Status
 
 #: Helper columns: seconds since the previous content visit, the new history, the estimated rate.
 GAP, HIST, SPAN, RATE, PRIOR = "_gap", "_hist", "_span", "_rate", "_prior_rate"
@@ -146,12 +148,22 @@ def policy_interval(schedule, *, changed: Column, multiplier: float | None) -> C
     return R.adaptive_interval(F.col(RATE), weight(), mu, lo, hi, COLUMN_MATH)
 
 
-def round_multiplier(with_rates: DataFrame, schedule, *, cat: Column) -> float:
-    """The round's Lagrange multiplier (see the module docstring): one job, a bucketed collect."""
-    rows = with_rates.where(cat.isin(*STORED_CATS))
-    w = F.greatest(weight(), F.lit(R.MIN_WEIGHT))
-    buckets = (rows.select(F.col(RATE).alias("r"), w.alias("w"))
-               .groupBy(F.round(F.log("r") * 2).alias("br"), F.round(F.log("w") * 2).alias("bw"))
+def round_multiplier(with_rates: DataFrame, schedule, *, cat: Column, crawldb: DataFrame) -> float:
+    """The round's Lagrange multiplier (see the module docstring): one job, a bucketed collect.
+
+    Solved over every page with a stored copy, not over the round's alone: the round's rows at their new
+    rates, the crawl DB's other fetched / not-modified rows at their stored rates (1 / default_interval_s
+    when they have none). A round's fetch list over-represents the pages fetched often (a page is in it
+    with a probability ~ 1 / its interval), so a budget of count / default_interval_s for the round's
+    pages alone pulls the fast pages' intervals toward the default and spends less than ``fixed`` does
+    (74 % on the live pages of bench/schedule_bench.py: mean(1/I) = mean(1/I^2) / mean(1/I) there)."""
+    round_rows = with_rates.where(cat.isin(*STORED_CATS)).select("url_fp", F.col(RATE).alias("r"), weight().alias("w"))
+    others = (crawldb.where(F.col("status").isin(Status.FETCHED.value, Status.NOT_MODIFIED.value))
+              .join(with_rates.select("url_fp"), "url_fp", "left_anti")
+              .select("url_fp", F.coalesce(F.col("change_rate"), F.lit(1.0 / float(schedule.default_interval_s))).alias("r"),
+                      F.coalesce(F.col("score"), F.lit(0.0)).alias("w")))
+    rows = round_rows.unionByName(others).select("r", F.greatest(F.col("w"), F.lit(R.MIN_WEIGHT)).alias("w"))
+    buckets = (rows.groupBy(F.round(F.log("r") * 2).alias("br"), F.round(F.log("w") * 2).alias("bw"))
                .agg(F.avg("r").alias("r"), F.avg("w").alias("w"), F.count(F.lit(1)).alias("n")).collect())
     pages = [(b["r"], b["w"], b["n"]) for b in buckets]
     budget = sum(n for _, _, n in pages) / float(schedule.default_interval_s)

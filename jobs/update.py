@@ -90,7 +90,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     the round's other first copies are the index rows to append. Trap detection then reads the round
     with both kinds of duplicates marked and that same lookup (``hosts_transforms.trap_signals``).
     With ``schedule.policy = "adaptive"`` the round's Lagrange multiplier is computed here, eagerly (one
-    job over the kept page rows: ``schedule_transforms.round_multiplier``).
+    job over the kept page rows and the crawl DB's stored rows: ``schedule_transforms.round_multiplier``).
     """
     from pyspark.sql import functions as F
 
@@ -103,7 +103,8 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     priors = SC.host_priors(hosts, conf.schedule)
     mu = None
     if conf.schedule.policy == "adaptive":  # the round's multiplier: one job (a bucketed collect)
-        mu = SC.round_multiplier(T.with_rates(prepared, conf.schedule, priors), conf.schedule, cat=F.col(T.CAT))
+        mu = SC.round_multiplier(T.with_rates(prepared, conf.schedule, priors), conf.schedule, cat=F.col(T.CAT),
+                                 crawldb=crawldb)
     fresh = keep(T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now, priors=priors,
                               multiplier=mu))
     members = keep(T.exact_members(fresh, crawldb))

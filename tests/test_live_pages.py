@@ -116,6 +116,7 @@ def test_the_references_uniform_and_oracle():
     assert sum(1 / i for i in ivs if i < S.NEVER_S) == pytest.approx(50 / 200, rel=1e-4)  # spends the budget
     assert S.oracle_staleness(rates, 0.25) < S.uniform_staleness(rates, 0.25)
     assert S.uniform_staleness(rates, 0.25) == pytest.approx(1 - sum(R.freshness(r, 200) for r in rates) / 50)
+    assert S.expected_wasted([0.01, 0.02], [100.0, 50.0]) == pytest.approx((math.exp(-1) / 100 + math.exp(-1) / 50) / 0.03)
     # Periodic at a random phase on given changes, every 4 s, window 0..20: a change at 10 leaves the copy
     # stale with probability 1 - (t - 10)/4 until 14: I/2 = 2 s; changes at 10 and 12: 1.5 s, then 2 s.
     assert S.realised_periodic([10.0], 4.0, 0.0, 20.0) == pytest.approx(2.0)

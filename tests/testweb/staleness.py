@@ -19,6 +19,7 @@ Guarantees:
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 
 from crawl_udfs import change_rate as R
@@ -111,6 +112,12 @@ def expected_staleness(rates: list[float], intervals: list[float]) -> float:
     return 1.0 - sum(R.freshness(r, i) if i < NEVER_S else 0.0 for r, i in zip(rates, intervals)) / len(rates)
 
 
+def expected_wasted(rates: list[float], intervals: list[float]) -> float:
+    """Share of periodic re-fetches that find no change: Σ f e^(-λ/f) / Σ f over the pages re-fetched."""
+    kept = [(r, i) for r, i in zip(rates, intervals) if i < NEVER_S]
+    return sum(math.exp(-r * i) / i for r, i in kept) / sum(1 / i for _, i in kept)
+
+
 def uniform_staleness(rates: list[float], fetches_per_s: float) -> float:
     return expected_staleness(rates, [len(rates) / fetches_per_s] * len(rates))
 
@@ -149,12 +156,14 @@ def realised_share(live, intervals: dict[tuple[str, str], float], t0: float, t1:
 
 
 def references(live, fetches_per_s: float, t0: float, t1: float) -> dict[str, float]:
-    """Uniform's and the oracle's staleness at ``fetches_per_s``: expected (analytic) and on this run's changes."""
+    """Uniform's and the oracle's staleness at ``fetches_per_s``: expected (analytic) and on this run's changes;
+    and their expected wasted re-fetch shares."""
     keys = live.keys()
     rates = [live.rate(*k) for k in keys]
     orc = oracle_intervals(rates, fetches_per_s)
     uni = [len(keys) / fetches_per_s] * len(keys)
     return {"uniform": expected_staleness(rates, uni), "oracle": expected_staleness(rates, orc),
+            "uniform_wasted": expected_wasted(rates, uni), "oracle_wasted": expected_wasted(rates, orc),
             "uniform_run": realised_share(live, dict(zip(keys, uni)), t0, t1),
             "oracle_run": realised_share(live, dict(zip(keys, orc)), t0, t1)}
 
