@@ -2,7 +2,7 @@
 
 Starts the test web (virtual hosts on 127.10.x.y, see tests/testweb), writes a
 configuration overlay pointing deltacrawl at it, then runs the same commands
-a user would: init, inject, crawl, status. The tables stay in ./demo-data.
+a user would: init, inject, crawl, status, report. The tables stay in ./demo-data.
 Exits 1 when the server-side check of the test web's log finds a violation.
 """
 
@@ -25,10 +25,15 @@ DATA = ROOT / "demo-data"
 ROUNDS = int(os.environ.get("DEMO_ROUNDS", "3"))
 
 
-def run(*args: str) -> None:
+def run(*args: str, last_line: bool = False) -> None:
+    """Run the command as a user would, echoed; ``last_line``: print only its output's last line."""
     cmd = [str(ROOT / ".venv" / "bin" / "deltacrawl"), "--conf", str(DATA / "demo.toml"), *args]
     print("$ deltacrawl --conf demo-data/demo.toml " + " ".join(f'"{a}"' if " " in a else a for a in args), flush=True)
-    subprocess.run(cmd, check=True)
+    if last_line:
+        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+        print(out.strip().splitlines()[-1], flush=True)
+    else:
+        subprocess.run(cmd, check=True)
 
 
 def problems(v: Violations) -> list[str]:
@@ -60,6 +65,7 @@ def main() -> int:
         run("inject", str(DATA / "seeds.txt"))
         run("crawl", "--rounds", str(ROUNDS))
         run("status")
+        run("report", last_line=True)
         conf = config.load([DATA / "demo.toml"])
         v = web.violations(host_delay_s=conf.politeness.host_delay_s,
                            max_in_flight_per_addr=conf.politeness.max_in_flight_per_ip)

@@ -140,7 +140,7 @@ def _run(spark, conf, args) -> int:
         from jobs import ledger
         changed = common.ensure_tables(spark, conf)
         ledger.current(spark, conf)  # the ledger's records, seeded from the rounds table once
-        print("\n".join(changed) if changed else "tables up to date", f"under {common.root(conf)}")
+        print(f"init: {', '.join(changed) if changed else 'tables up to date'}, under {common.root(conf)}")
         return 0
     if args.command == "inject":
         from jobs import inject

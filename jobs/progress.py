@@ -74,6 +74,8 @@ def read(directory: str) -> list[dict]:
 
 
 def line(round_no: int, n_tasks: int, snapshots: list[dict], pages_per_s: float | None) -> str:
+    if not snapshots:
+        return f"fetch round {round_no}: {n_tasks} task(s) starting"
     pages = sum(s["pages"] for s in snapshots)
     followed = sum(s["followed"] for s in snapshots)
     hosts = sum(s["hosts"] for s in snapshots)

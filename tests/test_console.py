@@ -72,6 +72,7 @@ def test_task_snapshots_are_replaced_whole_and_summed_into_one_line(tmp_path):
     assert progress.line(3, 2, snaps, 12.34) == ("fetch round 3: 1/2 tasks done, 107 pages (2 followed in-round), "
                                                  "12.3 pages/s, 26/30 hosts finished")
     assert progress.read(str(tmp_path / "nothing-here")) == []
+    assert progress.line(3, 2, [], None) == "fetch round 3: 2 task(s) starting"  # no snapshot written yet
 
 
 def test_the_live_line_prints_plain_lines_off_a_terminal_and_cleans_up(tmp_path):

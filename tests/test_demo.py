@@ -52,7 +52,7 @@ def test_demo_exits_non_zero_on_a_violation(monkeypatch, tmp_path):
 
     monkeypatch.setattr(demo, "DATA", tmp_path / "demo-data")
     monkeypatch.setattr(demo, "TestWeb", FakeWeb)
-    monkeypatch.setattr(demo, "run", lambda *args: None)
+    monkeypatch.setattr(demo, "run", lambda *args, **kw: None)
     assert demo.main() == 1
     bad.too_close.clear()
     assert demo.main() == 0
