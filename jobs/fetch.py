@@ -128,8 +128,12 @@ class FetchTask:
     loop, HTTP session, WARC writer, temp dir) is built inside :meth:`run` and closed there.
     """
 
-    def __init__(self, conf: Config, round_no: int, warc_root: str, *, retried: bool = False):
+    def __init__(self, conf: Config, round_no: int, warc_root: str, *, retried: bool = False,
+                 progress_dir: str | None = None):
+        """``progress_dir``: where the task's progress snapshots go for the driver's live line
+        (:mod:`jobs.progress`; None: none written)."""
         self.conf, self.round_no, self.warc_root, self.retried = conf, round_no, warc_root, retried
+        self.progress_dir = progress_dir
 
     def __call__(self, batches: Iterator) -> Iterator:
         from pyspark import TaskContext
@@ -144,8 +148,7 @@ class FetchTask:
         tmp = tempfile.mkdtemp(prefix=f"deltacrawl-fetch-r{self.round_no}-p{pid}-a{attempt}-")
         try:
             faults.task_point(attempt)
-            report = (progress.TaskProgress(progress.round_dir(self.warc_root, self.round_no), pid, attempt)
-                      if self.conf.fetch.progress_every_s > 0 else None)
+            report = progress.TaskProgress(self.progress_dir, pid, attempt) if self.progress_dir else None
             results = list(fetch_partition(
                 items, self.conf, hosts=hosts, warc_dir=tmp,
                 warc_name=partial(warc_staging.warc_name, self.conf.warc.prefix, self.round_no, pid),
@@ -322,11 +325,11 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
         follow = {"crawldb": crawldb, "follow_cap": generate.host_cap(
             max_per_host=generate.max_urls_per_host(conf), max_pages_per_host=conf.budget.max_pages_per_host,
             delay_window_s=generate.delay_window_s(conf))}
-    task = FetchTask(conf, n, common.warc_root(conf), retried=retried)
+    live_dir = progress.round_dir(common.root(conf), n) if conf.fetch.progress_every_s > 0 else None
+    task = FetchTask(conf, n, common.warc_root(conf), retried=retried, progress_dir=live_dir)
     out = fetch_input(fetch_list, hosts, n_partitions, **follow).mapInArrow(task, FETCH_OUTPUT)
     batch_rows = {"spark.sql.execution.arrow.maxRecordsPerBatch": str(conf.fetch.arrow_batch_rows)}
-    live = progress.LiveLine(progress.round_dir(common.warc_root(conf), n), n, n_partitions,
-                             conf.fetch.progress_every_s)
+    live = progress.LiveLine(live_dir, n, n_partitions, conf.fetch.progress_every_s)
     with common.session_conf(spark, batch_rows), live:
         (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
          .save(common.table_path(conf, "fetch_output")))

@@ -3,8 +3,9 @@
 Spark tells the driver how many tasks ended, not what a running task has done, and a
 PySpark accumulator reaches the driver only when its task ends. So each fetch task
 writes a small JSON snapshot of itself (:meth:`crawl_udfs.partition._Task.snapshot`)
-every ``fetch.progress_every_s`` to ``warc/_progress/r{round}/p{partition}.json``
-(through ``pyarrow.fs``: a local disk or object storage, like its WARC files), and
+every ``fetch.progress_every_s`` to ``storage.root/_progress/r{round}/p{partition}.json``
+(through ``pyarrow.fs``: a local disk or object storage, like its WARC files; never under
+``warc/``, which holds the corpus only), and
 the driver reads them back on a thread and prints
 
     fetch round 3: 1/2 tasks done, 1,234 pages (56 followed in-round), 41.2 pages/s, 80/120 hosts finished
@@ -33,8 +34,9 @@ PLAIN_EVERY_S = 30.0
 RATE_SAMPLES = 6
 
 
-def round_dir(warc_root: str, round_no: int) -> str:
-    return f"{warc_root.rstrip('/')}/{PROGRESS}/r{round_no:06d}"
+def round_dir(root: str, round_no: int) -> str:
+    """Round ``round_no``'s snapshots under ``root`` (``storage.root``)."""
+    return f"{root.rstrip('/')}/{PROGRESS}/r{round_no:06d}"
 
 
 class TaskProgress:
@@ -87,9 +89,10 @@ def line(round_no: int, n_tasks: int, snapshots: list[dict], pages_per_s: float 
 
 
 class LiveLine:
-    """Around the fetch's write: a thread printing :func:`line` every ``every_s`` (0: nothing at all)."""
+    """Around the fetch's write: a thread printing :func:`line` every ``every_s`` (0 or no directory:
+    nothing at all)."""
 
-    def __init__(self, directory: str, round_no: int, n_tasks: int, every_s: float, out=None):
+    def __init__(self, directory: str | None, round_no: int, n_tasks: int, every_s: float, out=None):
         self.directory, self.round_no, self.n_tasks, self.every_s = directory, round_no, n_tasks, every_s
         self.out = out or sys.stderr
         self.tty = bool(getattr(self.out, "isatty", lambda: False)())
@@ -100,7 +103,7 @@ class LiveLine:
         self.last = ""
 
     def __enter__(self) -> LiveLine:
-        if self.every_s > 0:
+        if self.every_s > 0 and self.directory:
             self._thread = threading.Thread(target=self._run, name="deltacrawl-progress", daemon=True)
             self._thread.start()
         return self

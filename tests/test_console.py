@@ -63,7 +63,7 @@ def _snap(pages, followed=0, hosts=10, busy=10, done=False):
 
 def test_task_snapshots_are_replaced_whole_and_summed_into_one_line(tmp_path):
     from jobs import progress
-    d = progress.round_dir(str(tmp_path / "warc"), 3)
+    d = progress.round_dir(str(tmp_path / "crawl"), 3)
     progress.TaskProgress(d, 0, 0)(_snap(5))
     progress.TaskProgress(d, 0, 1)(_snap(7, followed=2, busy=4))   # a retried attempt replaces the first
     progress.TaskProgress(d, 1, 0)(_snap(100, hosts=20, busy=0, done=True))
@@ -78,7 +78,7 @@ def test_task_snapshots_are_replaced_whole_and_summed_into_one_line(tmp_path):
 def test_the_live_line_prints_plain_lines_off_a_terminal_and_cleans_up(tmp_path):
     import io
     from jobs import progress
-    d = progress.round_dir(str(tmp_path / "warc"), 1)
+    d = progress.round_dir(str(tmp_path / "crawl"), 1)
     out = io.StringIO()
     with progress.LiveLine(d, 1, 1, every_s=0.05, out=out) as live:
         writer = progress.TaskProgress(d, 0, 0)
@@ -89,7 +89,7 @@ def test_the_live_line_prints_plain_lines_off_a_terminal_and_cleans_up(tmp_path)
     lines = out.getvalue().splitlines()
     assert lines[-1].startswith("fetch round 1: 1/1 tasks done, 4 pages") and "\r" not in out.getvalue()
     assert len(lines) == 2  # the first tick, then the last: plain lines come every PLAIN_EVERY_S, not per tick
-    assert live.last == lines[-1] and not (tmp_path / "warc" / progress.PROGRESS).exists()
+    assert live.last == lines[-1] and not (tmp_path / "crawl" / progress.PROGRESS).exists()
 
 
 def test_no_live_line_when_progress_is_off(tmp_path):
