@@ -51,7 +51,7 @@ def page(url: str, outcome: str, n: int = 1, **kw) -> dict:
 
 
 def link(url: str, kind: str = "a", nofollow: bool = False) -> tuple:
-    return (url, fingerprint(url), kind, nofollow, host_of(url))
+    return (url, fingerprint(url), kind, nofollow, host_of(url), None)  # lastmod: sitemaps' only
 
 
 def listed(url: str, n: int = 1, depth: int = 0, score: float = 1.0, hops: int = 0) -> dict:
@@ -326,13 +326,13 @@ def test_the_task_and_update_give_a_followed_link_the_same_depth_and_score(spark
             task.follow(item, FetchResult(item.url, item.url_fp, "a.test", "ok",
                                           outlinks=[Outlink(*o) for o in p["outlinks"]]), now=0.0)
         in_round = {i.url: (i.depth, i.score) for i in task.followed}
-        shared = {u for u, _, kind, nf, _ in (o for p in pages for o in p["outlinks"])
+        shared = {u for u, _, kind, nf, *_ in (o for p in pages for o in p["outlinks"])
                   if shares_score(kind, nf, follow_nofollow=follow_nofollow)}
         assert set(in_round) == shared and len(shared) >= 7, follow_nofollow
         assert {u: got[u] for u in in_round} == in_round, follow_nofollow
         for (name, d, sc, links), p in zip(table, pages):  # same-document targets: the page's depth and score
             n = sum(shares_score(k, nf, follow_nofollow=follow_nofollow) for k, nf in links)
-            for (u, _, kind, _, _) in p["outlinks"]:
+            for (u, _, kind, *_) in p["outlinks"]:
                 if kind in SAME_DOC_KINDS:
                     assert got[u] == (link_depth(d, True), link_score(sc, True, n, 0.7)) == (d, sc), u
 
