@@ -22,6 +22,7 @@ import io
 
 from crawl_udfs.config import Config, ConfigError
 from jobs import common, ledger
+from jobs.rounds import summary
 from jobs.warc_staging import filesystem
 from schemas import counters
 
@@ -52,14 +53,15 @@ def run(spark, conf: Config, round_no: int | None = None) -> tuple[str, str]:
     history = [rows[n] for n in sorted(rows)]
     slow = _slowest(pages, hosts)
     figures = _figures(pages, slow, history, round_no)
-    md = _markdown(rows[round_no], pages, slow)
+    block = summary(rows[round_no])  # the round's block, as crawl prints it
+    md = _markdown(round_no, block, slow)
     directory = report_dir(conf, round_no)
     fs, base = filesystem(directory)
     fs.create_dir(base, recursive=True)
     for name, png in figures.items():
         _put(fs, f"{base}/{name}", png)
     _put(fs, f"{base}/report.md", md.encode())
-    _put(fs, f"{base}/index.html", _html(round_no, md, slow).encode())
+    _put(fs, f"{base}/index.html", _html(round_no, block, slow).encode())
     return directory, md
 
 
@@ -134,9 +136,8 @@ def _figures(pages, slowest, history: list[dict], round_no: int) -> dict[str, by
     return out
 
 
-def _markdown(row: dict, pages, slow) -> str:
-    from jobs.rounds import summary
-    lines = [f"# deltacrawl: round {row['round']}", "", "```", summary(row), "```", "",
+def _markdown(round_no: int, block: str, slow) -> str:
+    lines = [f"# deltacrawl: round {round_no}", "", "```", block, "```", "",
              f"## {PLOTS['slowest_hosts.png']}", "",
              "| host | pages | responses (s) | waits for its turn (s) | delay (s) |", "|---|---|---|---|---|"]
     for host, r in slow.iterrows():
@@ -149,8 +150,7 @@ def _delay(r) -> str:
     return "" if r.delay_s is None or r.delay_s != r.delay_s else f"{r.delay_s:.1f}"  # NaN: no host row
 
 
-def _html(round_no: int, md: str, slow) -> str:
-    summary_block = md.split("```")[1].strip()
+def _html(round_no: int, block: str, slow) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(str(h))}</td><td>{int(r.pages)}</td><td>{r.response_s:.1f}</td>"
         f"<td>{r.wait_s:.1f}</td><td>{_delay(r)}</td></tr>" for h, r in slow.iterrows())
@@ -160,7 +160,7 @@ def _html(round_no: int, md: str, slow) -> str:
 <style>body{{font-family:sans-serif;max-width:860px;margin:2em auto}}pre{{background:#f4f4f4;padding:1em}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}
 td:first-child{{text-align:left}}img{{max-width:100%}}</style></head>
-<body><h1>deltacrawl: round {round_no}</h1><pre>{html.escape(summary_block)}</pre>
+<body><h1>deltacrawl: round {round_no}</h1><pre>{html.escape(block)}</pre>
 <h2>{html.escape(PLOTS['slowest_hosts.png'])}</h2>
 <table><tr><th>host</th><th>pages</th><th>responses (s)</th><th>waits for its turn (s)</th><th>delay (s)</th></tr>
 {rows}</table>{plots}</body></html>
