@@ -3,7 +3,7 @@
 DataFrames in, DataFrames out, plain values as parameters; no table is read or
 written here (STYLE.md rule 2). ``jobs/update.py`` runs them when
 ``dedup.near_duplicates`` is on, after the exact duplicates
-(:func:`jobs.update_transforms.mark_duplicates`) and before trap detection,
+(:func:`jobs.exact_dup_transforms.mark_duplicates`) and before trap detection,
 which reads this lookup's result (:func:`jobs.hosts_transforms.trap_signals`).
 
 Pipeline:
@@ -72,7 +72,8 @@ from pyspark.sql.window import Window
 from crawl_udfs import near_dup
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from jobs.originals import BY_CANONICAL, MEMBER_COLUMNS, ORIG, first_copy_time, with_original
-from jobs.update_transforms import FIRST, as_duplicates
+from jobs.exact_dup_transforms import as_duplicates
+from jobs.update_transforms import FIRST
 from schemas.status import Status
 from schemas.tables import NEAR_DUP_INDEX
 
@@ -164,7 +165,7 @@ def near_duplicate_of(cands: DataFrame, index: DataFrame, *, round_no: int, near
 
 def mark_near_duplicates(updated: DataFrame, near: DataFrame, *, duplicate_interval_s: float) -> DataFrame:
     """``updated`` with each row of ``near`` made a ``duplicate`` of its original (``dup_of``, the duplicate
-    interval): the same change :func:`jobs.update_transforms.mark_duplicates` makes for an exact copy."""
+    interval): the same change :func:`jobs.exact_dup_transforms.mark_duplicates` makes for an exact copy."""
     df = updated.join(near, "url_fp", "left")
     df = as_duplicates(df, F.col(NEAR_OF).isNotNull(), F.col(NEAR_OF),
                        duplicate_interval_s=duplicate_interval_s).drop(NEAR_OF)

@@ -36,7 +36,7 @@ def trap_signals(updated: DataFrame, near: DataFrame | None, crawldb: DataFrame)
     duplicates of the host's own pages: the evidence :func:`judge_traps` weighs.
 
     ``updated`` is the round after both duplicate steps (``status``, ``dup_of``):
-    :func:`jobs.update_transforms.mark_duplicates` (exact, any host) and, with
+    :func:`jobs.exact_dup_transforms.mark_duplicates` (exact, any host) and, with
     ``dedup.near_duplicates`` on, :func:`jobs.dedup_transforms.mark_near_duplicates`;
     ``near`` is that step's lookup, :func:`jobs.dedup_transforms.near_duplicate_of`
     (``url_fp``, ``_near_of``), read here only to tell a near copy from an exact one.

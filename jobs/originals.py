@@ -1,7 +1,7 @@
 """Which copy is the original, decided once: for exact and near-duplicates, and when an original goes.
 
 Pure transforms of ``update`` (STYLE.md rule 2): DataFrames in, DataFrames out.
-:func:`jobs.update_transforms.mark_duplicates` (exact copies, a cluster = one
+:func:`jobs.exact_dup_transforms.mark_duplicates` (exact copies, a cluster = one
 payload digest) and :func:`jobs.dedup_transforms.near_duplicate_of` (a cluster
 = a first copy and the pages within ``simhash.near_duplicate_bits`` of it that
 pass the MinHash check) both call :func:`with_original`; :func:`repoint` applies

@@ -44,6 +44,7 @@ from crawl_udfs.config import Config
 from jobs import common, faults, importance, ledger
 from jobs import crawldb_slice as S
 from jobs import dedup_transforms as D
+from jobs import exact_dup_transforms as X
 from jobs import hosts_transforms as HT
 from jobs import originals as O
 from jobs import pattern_transforms as P
@@ -107,10 +108,10 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
                                  crawldb=crawldb)
     fresh = keep(T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now, priors=priors,
                               multiplier=mu))
-    members = keep(T.exact_members(fresh, crawldb))
+    members = keep(X.exact_members(fresh, crawldb))
     dup_iv = conf.schedule.duplicate_interval_s
-    updated = T.mark_duplicates(fresh, crawldb, duplicate_interval_s=dup_iv, members=members)
-    demoted = T.exact_demotions(members)
+    updated = X.mark_duplicates(fresh, crawldb, duplicate_interval_s=dup_iv, members=members)
+    demoted = X.exact_demotions(members)
     index_rows = near = None
     if conf.dedup.near_duplicates:
         k, d = conf.simhash.near_duplicate_bits, conf.dedup

@@ -9,7 +9,7 @@ Pipeline (each step a function, each tested on small DataFrames):
     with_followed(fetch_list, pages)            the fetch list + the URLs followed inside the round
     prepare(pages, fetch_list, crawldb)         page rows + the URL's crawl-DB row (``o_*``)
     transition(prepared, host_next, ...)        one new crawl-DB row per page row (changed: same_main_text)
-    mark_duplicates(updated, crawldb, ...)      exact duplicates by payload digest (the original: jobs/originals.py)
+    (jobs/exact_dup_transforms.py: exact duplicates by payload digest; the original: jobs/originals.py)
     (jobs/dedup_transforms.py: near-duplicates, with dedup.near_duplicates)
     discover(prepared, crawldb, duplicates=...) new URLs from (admitted) outlinks and redirect targets
     (jobs/hosts_transforms.py: trap signals, the hosts rows, trap judgement, budgets)
@@ -29,7 +29,6 @@ from crawl_udfs.rows import Outcome
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from crawl_udfs.sitemaps import CHILD_KIND, SITEMAP
 from jobs import schedule_transforms as S
-from jobs.originals import MEMBER_COLUMNS, ORIG, ORIGINAL_STATUSES, first_copy_time, with_original
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
 
@@ -254,57 +253,6 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         FIRST: ok & F.col("digest").isNotNull() & o("digest").isNull(),
     }
     return df.select([c.alias(k) for k, c in cols.items()])
-
-
-def exact_members(updated: DataFrame, crawldb: DataFrame) -> DataFrame:
-    """``digest``, ``_batch`` and :data:`jobs.originals.MEMBER_COLUMNS` of every copy of the batch's digests:
-    the batch's ok/304 rows, and the crawl DB's fetched/not_modified rows not re-decided by the batch."""
-    cols = ("digest", *MEMBER_COLUMNS)
-    batch = (updated.where(F.col("_stored") & F.col("digest").isNotNull())
-             .withColumn("first_fetched", first_copy_time()).select(*cols, F.lit(True).alias("_batch")))
-    touched = updated.where(F.col(CAT) != KEEP).select("url_fp")
-    digests = batch.select("digest").distinct()
-    stored = (crawldb.where(F.col("status").isin(*ORIGINAL_STATUSES) & F.col("digest").isNotNull())
-              .join(F.broadcast(digests), "digest", "left_semi")
-              .join(touched, "url_fp", "left_anti")
-              .withColumn("first_fetched", first_copy_time()).select(*cols, F.lit(False).alias("_batch")))
-    return batch.unionByName(stored)
-
-
-def mark_duplicates(updated: DataFrame, crawldb: DataFrame, *, duplicate_interval_s: float,
-                    members: DataFrame | None = None) -> DataFrame:
-    """Mark ok/304 rows whose digest is another URL's stored copy as ``duplicate``.
-
-    Copies of a digest: :func:`exact_members` (``members``, when the caller has them). Their original is
-    `jobs.originals.with_original`'s (a consistent same-site canonical, else the earliest fetched, ties by
-    the smallest ``url_fp``); every other copy among the batch's rows becomes ``duplicate`` with ``dup_of`` =
-    the original. A crawl-DB copy that lost is :func:`exact_demotions`'.
-    """
-    members = exact_members(updated, crawldb) if members is None else members
-    df = updated.join(with_original(members, "digest").select("digest", ORIG).distinct(), "digest", "left")
-    dup = F.col("_stored") & F.col(ORIG).isNotNull() & (F.col(ORIG) != F.col("url_fp"))
-    return as_duplicates(df, dup, F.col(ORIG), duplicate_interval_s=duplicate_interval_s).drop(ORIG)
-
-
-def exact_demotions(members: DataFrame) -> DataFrame:
-    """``url_fp``, ``_to``: crawl-DB originals (not of the batch) whose digest's original is now another page
-    (a canonical target of the batch, or a copy fetched earlier): duplicates of it from this round."""
-    return (with_original(members, "digest").where(~F.col("_batch") & (F.col(ORIG) != F.col("url_fp")))
-            .select("url_fp", F.col(ORIG).alias("_to")))
-
-
-def as_duplicates(df: DataFrame, dup: Column, original: Column, *, duplicate_interval_s: float) -> DataFrame:
-    """Rows where ``dup`` holds become ``duplicate`` copies of ``original`` (``dup_of``), due again after
-    ``duplicate_interval_s``; the one change for exact and near duplicates (``jobs/dedup_transforms.py``)."""
-    iv = F.lit(float(duplicate_interval_s))
-    df = df.withColumn("_dup", dup)
-    dup = F.col("_dup")
-    return (df.withColumn("status", F.when(dup, Status.DUPLICATE.value).otherwise(F.col("status")))
-            .withColumn("dup_of", F.when(dup, original).otherwise(F.col("dup_of")))
-            .withColumn("fetch_interval_s", F.when(dup, iv).otherwise(F.col("fetch_interval_s")))
-            .withColumn("next_fetch_time", F.when(dup, plus_seconds(F.col(BASE), iv))
-                        .otherwise(F.col("next_fetch_time")))
-            .drop("_dup"))
 
 
 # -- 3. discovery ------------------------------------------------------------------------------

@@ -365,6 +365,7 @@ def test_nothing_stored_exports_empty_output(spark, tmp_path):
 def test_index_and_crawl_db_agree_on_the_original(spark):
     """Where the old two rules disagreed: ``b`` was fetched first, ``a`` seen first. Update decides (``b``,
     the copy fetched first: jobs/originals.py); the index's duplicate_of names the same original as crawldb.dup_of."""
+    from jobs import exact_dup_transforms as X
     from jobs import update_transforms as T
     from jobs import hosts_transforms as HT
     from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT
@@ -378,7 +379,7 @@ def test_index_and_crawl_db_agree_on_the_original(spark):
              page(c, **{**stored, "digest": "sha1:OTHER"})]
     prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, [], FETCH_LIST), crawldb)
     nxt = HT.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
-    updated = T.mark_duplicates(T.transition(prepared, nxt, CONF.schedule, round_no=1, now=NOW), crawldb,
+    updated = X.mark_duplicates(T.transition(prepared, nxt, CONF.schedule, round_no=1, now=NOW), crawldb,
                                 duplicate_interval_s=CONF.schedule.duplicate_interval_s)
     url_of = {fingerprint(u): u for u in (a, b, c)}
     in_crawldb = {u: url_of.get(r["dup_of"]) for u, r in by_url(updated).items()}

@@ -12,6 +12,7 @@ from crawl_udfs import config
 from crawl_udfs.config import ConfigError
 from crawl_udfs.url_normalize import fingerprint, host_of
 from jobs import hosts_transforms as HT
+from jobs import exact_dup_transforms as X
 from jobs import update_transforms as T
 from jobs.update_counters import Counters
 from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT, HOSTS
@@ -222,7 +223,7 @@ def test_exact_duplicates(spark):
     prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, [], FETCH_LIST), crawldb)
     nxt = HT.host_next(no_hosts(spark), frame(spark, [], FETCH_OUTPUT), park_duration_s=1.0, now=NOW)
     up = T.transition(prepared, nxt, CONF.schedule, round_no=1, now=NOW)
-    got = by_url(T.mark_duplicates(up, crawldb, duplicate_interval_s=700000.0))
+    got = by_url(X.mark_duplicates(up, crawldb, duplicate_interval_s=700000.0))
     fp = fingerprint
     kl = sorted([fp(u + "k"), fp(u + "l")])
     tie_dup = u + "k" if fp(u + "k") == kl[1] else u + "l"
