@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from jobs import airflow_plan, cli
+from tests.cli_jvm import SPARK_LINE
 from tests.summary import note
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +186,7 @@ def test_dag_runs_a_round_then_skips_when_nothing_is_due(spark, airflow_bin, tmp
                         "[fetch]\ntask_budget_s = 10.0\ntotal_timeout_s = 5.0\n"
                         "[scope]\nmax_depth = 0\n"  # the seeds only: nothing is due after round 1
                         "[generate]\nfetch_partitions = 1\n"
-                        '[spark]\nmaster = "local[2]"\ndriver_memory = "1g"\nshuffle_partitions = 2\n'
+                        '[spark]\nmaster = "local[2]"\ndriver_memory = "1g"\nshuffle_partitions = 2\n' + SPARK_LINE +
                         "[lease]\nttl_s = 10.0\nheartbeat_s = 2.0\n")  # a failed task is retried in 12 s
         seeds = tmp_path / "seeds.txt"
         seeds.write_text("\n".join(web.seeds()) + "\n")

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.net import free_loopback_port
+from tests.cli_jvm import SPARK_LINE
 from tests.testweb import TestWeb
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -110,7 +111,7 @@ def test_crawl_on_a_standalone_cluster(cluster, tmp_path, spark):
             f"[politeness]\nhost_delay_s = {DELAY}\n"
             "[fetch]\ntask_budget_s = 20.0\ntotal_timeout_s = 6.0\n"
             "[generate]\nmax_urls_per_host = 4\nfetch_partitions = 2\n"
-            '[spark]\nshuffle_partitions = 4\ndriver_memory = "1g"\n'
+            '[spark]\nshuffle_partitions = 4\ndriver_memory = "1g"\n' + SPARK_LINE +
             # Delta replays its log with 50 tasks by default: right for a real cluster, minutes here.
             # No task waits for a busy executor that holds its input (spark.locality.wait, 3 s): every
             # input is on this one disk, and the round's update is some 130 short jobs on two 1-core executors.

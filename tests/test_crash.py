@@ -51,6 +51,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from jobs import cli, common, faults, ledger_mirror, warc_staging
 from tests.summary import note
+from tests.cli_jvm import SPARK_LINE
 from tests.testweb import TestWeb
 
 # Each CLI run starts a JVM; a test may span two runs (measured 83-362 s each at load 10).
@@ -113,7 +114,7 @@ def write_overlay(path: Path, web: TestWeb, *, host_delay_s: float, task_budget_
         f"[politeness]\nhost_delay_s = {host_delay_s}\n"
         f"[fetch]\ntask_budget_s = {task_budget_s}\ntotal_timeout_s = 5.0\n"
         f"[generate]\nmax_urls_per_host = {max_urls_per_host}\nfetch_partitions = 2\npipeline = true\n"
-        f'[spark]\nmaster = "{MASTER}"\ndriver_memory = "1g"\nshuffle_partitions = 2\n')
+        f'[spark]\nmaster = "{MASTER}"\ndriver_memory = "1g"\nshuffle_partitions = 2\n' + SPARK_LINE)
     return path
 
 

@@ -20,6 +20,7 @@ import pytest
 from crawl_udfs import config
 from jobs import ledger, lease
 from jobs.ledger import RoundError, StaleRound
+from tests.cli_jvm import SPARK_LINE
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, 0)
 
@@ -212,7 +213,7 @@ def _overlay(d: Path, web, *, ttl_s: float = 120.0) -> Path:
         "[fetch]\ntask_budget_s = 20.0\ntotal_timeout_s = 5.0\n"
         "[generate]\nmax_urls_per_host = 4\nfetch_partitions = 2\n"
         f"[lease]\nttl_s = {ttl_s}\nheartbeat_s = {ttl_s / 4}\n"
-        '[spark]\nmaster = "local[2,4]"\ndriver_memory = "1g"\nshuffle_partitions = 2\n')
+        '[spark]\nmaster = "local[2,4]"\ndriver_memory = "1g"\nshuffle_partitions = 2\n' + SPARK_LINE)
     return overlay
 
 
