@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -205,17 +205,21 @@ def test_readme_duckdb_query_runs(corpus):
 
 def test_every_row_points_at_its_record(corpus, index, payload_digests):
     """Each row's WARC pointer reads back, with warcio, as a record of the row's URL, status, payload
-    digest and fetch time (a 304's: a revisit referring to a stored response of that URL and digest);
-    the partition values agree with the status."""
+    digest and fetch time (a revisit's, mime ``warc/revisit``: a 304, or a 2xx whose payload is the stored
+    copy's, referring to a stored response of that URL and digest); the partition values agree with the status."""
     _out, conf = corpus
-    revisits = 0
+    revisits = Counter()
     for row, rec in index:
         where = f"{row['url']} -> {row['warc_filename']}@{row['warc_record_offset']}"
         assert rec.target_uri == row["url"], where
         assert rec.status == row["fetch_status"], where
-        if row["fetch_status"] == 304:
-            revisits += 1
-            assert rec.rec_type == "revisit" and rec.payload_digest is None, where  # as Heritrix writes them
+        if row["content_mime_type"] == export.REVISIT_MIME:
+            revisits[row["fetch_status"]] += 1
+            assert rec.rec_type == "revisit", where
+            if row["fetch_status"] == 304:
+                assert rec.payload_digest is None, where  # server-not-modified, as Heritrix writes them
+            else:  # identical-payload-digest
+                assert rec.payload_digest == "sha1:" + row["content_digest"], where
             assert payload_digests.get(rec.refers_to) == (row["url"], "sha1:" + row["content_digest"]), where
         else:
             assert rec.rec_type == "response", where
@@ -226,7 +230,8 @@ def test_every_row_points_at_its_record(corpus, index, payload_digests):
         robots = re.fullmatch(r"/robots[-\w]*\.txt", row["url_path"] or "")  # the test web's robots.txt and its hops
         assert row["subset"] == ("robotstxt" if robots else "warc" if 200 <= row["fetch_status"] < 300
                                  else "crawldiagnostics"), where
-    assert revisits, "the second round's conditional GETs got no 304"
+    assert revisits[304], "the second round's conditional GETs got no 304"
+    assert revisits[200], "the second round got no unchanged payload without a 304 (no identical-payload revisit)"
     assert any(row["subset"] == "robotstxt" for row, _rec in index), "no robots.txt response in the corpus"
 
 
@@ -245,6 +250,12 @@ def test_the_crawl_db_keeps_the_stored_copy_of_a_304(spark, corpus, index):
         # PySpark hands timestamps back as naive local times: compare instants
         assert db.last_fetch_time.timestamp() == row["fetch_time"].timestamp(), db.url
         assert db.fetch_count == 2 and db.unchanged_count == 1 and db.change_count == 0, db.url
+    # a 200 stored as an identical-payload revisit: the crawl DB still names the full copy it refers to
+    identical = {row["url"]: rec for row, rec in index if rec.rec_type == "revisit" and row["fetch_status"] != 304}
+    rows = crawldb.where(crawldb.url.isin(list(identical))).collect()
+    assert identical and len(rows) == len(identical)
+    for db in rows:
+        assert db.warc_record_id == identical[db.url].refers_to and db.http_status == 200, db.url
 
 
 # -- deltacrawl lookup ------------------------------------------------------------------------------
@@ -320,7 +331,8 @@ def wayback(corpus, pywb_bin, tmp_path_factory):
     (coll / "archive" / "warc").mkdir()
     for f in (out / "warc").iterdir():
         shutil.copyfile(f, coll / "archive" / "warc" / f.name)
-    shutil.copyfile(out / "cdxj" / export.CDXJ_FILE, coll / "indexes" / export.CDXJ_FILE)
+    for f in (out / "cdxj").glob("*.cdxj"):  # one per round: pywb merges the index files of a collection
+        shutil.copyfile(f, coll / "indexes" / f.name)
 
     port = free_loopback_port()
     log_path = root / "wayback.log"
@@ -362,11 +374,15 @@ def _pywb_error(body: bytes) -> str:
 
 def test_pywb_replays_every_record_from_our_cdxj(wayback, index):
     """``<14-digit fetch_time>id_/<url>`` for every index row: the row's status, the WARC record's
-    exact payload (none for a 304 revisit), Content-Type, Location and the capture of that second."""
+    exact payload (none for a 304 revisit; an identical-payload revisit's: the stored copy's it refers to),
+    Content-Type, Location and the capture of that second."""
     port, log_path = wayback
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     failures = []
+    stored = {(r["url"], r["content_digest"]): o.payload for r, o in index if o.rec_type == "response"}
     for row, rec in index:
+        if rec.rec_type == "revisit" and row["fetch_status"] != 304:
+            rec = replace(rec, payload=stored[(row["url"], row["content_digest"])])
         timestamp = row["fetch_time"].strftime("%Y%m%d%H%M%S")
         conn.request("GET", f"/{COLLECTION}/{timestamp}id_/{row['url']}")
         resp = conn.getresponse()
@@ -384,11 +400,12 @@ def test_pywb_replays_every_record_from_our_cdxj(wayback, index):
 
     statuses = Counter(row["fetch_status"] // 100 * 100 for row, _rec in index if row["fetch_status"] != 304)
     kinds = {"redirect": statuses[300], "revisit": sum(row["fetch_status"] == 304 for row, _rec in index),
+             "identical": sum(rec.rec_type == "revisit" and row["fetch_status"] != 304 for row, rec in index),
              "non-HTML": sum(not (rec.content_type or "").startswith("text/html") for _row, rec in index),
              "non-UTF-8": sum(row["content_charset"] not in (None, "utf-8") for row, _rec in index)}
     assert all(kinds.values()), f"the crawl lacks a kind of record this test claims to cover: {kinds}"
     note(f"corpus tools: DuckDB read {len(index)} index rows, each checked against its WARC record; "
          f"pywb replayed {len(index)} of {len(index)} from our CDXJ byte for byte "
-         f"({statuses[200]} 2xx, {kinds['redirect']} redirects, {kinds['revisit']} 304 revisits, "
+         f"({statuses[200]} 2xx, {kinds['redirect']} redirects, {kinds['revisit']} 304 revisits, {kinds['identical']} identical-payload revisits, "
          f"{kinds['non-HTML']} non-HTML, "
          f"{kinds['non-UTF-8']} non-UTF-8)")

@@ -26,8 +26,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs import config, warc
 from crawl_udfs.url_normalize import fingerprint
-from jobs import cli, common, export, export_record, lookup, warc_staging
-from schemas.tables import FETCH_LOG, FETCH_OUTPUT
+from jobs import cli, common, export, export_files, export_record, ledger, lookup, warc_staging
+from schemas.tables import FETCH_LOG, FETCH_OUTPUT, ROUNDS
 from tests.summary import note
 
 pytestmark = pytest.mark.spark
@@ -65,12 +65,25 @@ def _log_row(round_no: int, url: str, **kw) -> dict:
     return row
 
 
-def _write_crawl(spark, conf: config.Config) -> list[dict]:
-    """WARC files and fetch_log rows as a 2-round crawl leaves them; returns the rows."""
+def _updated(spark, conf: config.Config, rounds) -> None:
+    """The round ledger says ``rounds`` are updated (what export reads to pick its rounds)."""
+    path = common.table_path(conf, "rounds")
+    if not os.path.isdir(path):
+        spark.createDataFrame([], ROUNDS).write.format("delta").save(path)
+    for n in rounds:
+        ledger.set_state(spark, conf, n, "updated")
+
+
+def _write_crawl(spark, conf: config.Config, pages=None, *, unlogged_robots: bool = True,
+                 updated: list[int] | None = None) -> list[dict]:
+    """WARC files and fetch_log rows as a crawl of ``pages`` (default :data:`PAGES`, 2 rounds) leaves them,
+    the ledger saying ``updated`` (default: every round) are updated; returns the rows. A page with
+    ``_identical`` in its extra fields is stored as an identical-payload revisit of the URL's first copy."""
+    pages = PAGES if pages is None else pages
     warc_dir = common.warc_root(conf)
     os.makedirs(warc_dir)
     rows, first, robots = [], {}, []
-    for round_no in (1, 2):
+    for round_no in sorted({p[0] for p in pages}):
         name_fn = lambda i, r=round_no: warc_staging.warc_name(conf.warc.prefix, r, 0, i)  # noqa: E731
         with warc.RollingWarcWriter(warc_dir, conf.warc, name_fn=name_fn, now_fn=lambda: T0) as w:
             if round_no == 1:  # robots.txt first, as a fetch task fetches it: a response record, a `robots` row
@@ -85,9 +98,11 @@ def _write_crawl(spark, conf: config.Config) -> list[dict]:
                                           content_length=len(ROBOTS_BODY), digest=warc.sha1_digest(ROBOTS_BODY),
                                           warc_filename=ptr.filename, warc_offset=ptr.offset,
                                           warc_length=ptr.length, warc_record_id=ptr.record_id))
-            for i, (r, url, status, body, extra) in enumerate(PAGES):
+            for i, (r, url, status, body, extra) in enumerate(pages):
                 if r != round_no:
                     continue
+                identical = extra.get("_identical", False)
+                extra = {k: v for k, v in extra.items() if not k.startswith("_")}
                 t = T0 + 60 * i
                 target = url.split("/", 3)[3] if url.count("/") >= 3 else ""
                 headers = [("Content-Type", "text/html; charset=utf-8")]
@@ -97,9 +112,11 @@ def _write_crawl(spark, conf: config.Config) -> list[dict]:
                                        request_target="/" + target, request_headers=[("Host", url.split("/")[2])],
                                        http_version="1.1", status=status, reason="X", response_headers=headers,
                                        body=body, truncated=extra.get("truncated"), fetch_duration_ms=5)
-                if status == 304:
-                    ptr = w.write_revisit(ex, refers_to=first[url][0], refers_to_uri=url, refers_to_date=first[url][1])
+                if status == 304 or identical:
                     digest = first[url][2]
+                    ptr = w.write_revisit(ex, refers_to=first[url][0], refers_to_uri=url, refers_to_date=first[url][1],
+                                          payload_digest=digest if identical else None)
+                    extra["warc_refers_to"] = first[url][0]
                 else:
                     digest = warc.sha1_digest(body)
                     ptr = w.write_exchange(ex, payload_digest=digest)
@@ -117,11 +134,14 @@ def _write_crawl(spark, conf: config.Config) -> list[dict]:
      .save(common.table_path(conf, "fetch_log")))
     # fetch_output: a page row (never indexed from here) and a robots row of round 3, which update has not
     # logged yet (its WARC file is not even promoted): neither is exported
-    robots += [_output_row(1, "page", "www.example.com", url="http://www.example.com/", status_code=200,
-                           warc_filename="deltacrawl-r000001-p00000-00000.warc.gz", warc_offset=0, warc_length=1),
-               _output_row(3, "robots", "www.example.com", url=ROBOTS, status_code=200,
-                           warc_filename="deltacrawl-r000003-p00000-00000.warc.gz", warc_offset=0, warc_length=1)]
+    robots.append(_output_row(1, "page", "www.example.com", url="http://www.example.com/", status_code=200,
+                              warc_filename="deltacrawl-r000001-p00000-00000.warc.gz", warc_offset=0, warc_length=1))
+    if unlogged_robots:
+        robots.append(_output_row(3, "robots", "www.example.com", url=ROBOTS, status_code=200,
+                                  warc_filename="deltacrawl-r000003-p00000-00000.warc.gz", warc_offset=0,
+                                  warc_length=1))
     _write_fetch_output(spark, conf, robots)
+    _updated(spark, conf, sorted({r["round"] for r in rows}) if updated is None else updated)
     return rows
 
 
@@ -162,10 +182,20 @@ def _index(out: Path) -> list[dict]:
     return result
 
 
+def _cdxj_files(out: Path) -> list[Path]:
+    return sorted((out / "cdxj").glob("*.cdxj"))
+
+
 def _snapshot(out: Path) -> tuple:
     rows = sorted(json.dumps(r, default=str, sort_keys=True) for r in _index(out))
     warcs = sorted(p.name for p in (out / "warc").iterdir())
-    return rows, warcs, (out / "cdxj" / export.CDXJ_FILE).read_text()
+    return rows, warcs, [(p.name, p.read_text()) for p in _cdxj_files(out)]
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    """Every file of an export (what it owns in DIR), by path relative to DIR: bytes compared."""
+    return {str(p.relative_to(out)): p.read_bytes() for part in export.PARTS for p in
+            ([out / part] if (out / part).is_file() else sorted((out / part).rglob("*"))) if p.is_file()}
 
 
 # -- pure: URL parts -------------------------------------------------------------------------------
@@ -212,7 +242,11 @@ def test_public_suffix_list_needs_no_network(monkeypatch):
 # -- the export -------------------------------------------------------------------------------------
 def test_layout_and_counts(exported):
     out, counts = exported["out"], exported["counts"]
-    assert sorted(p.name for p in out.iterdir()) == ["cdxj", "index", "warc"]
+    assert sorted(p.name for p in out.iterdir()) == ["cdxj", "export.json", "index", "warc"]
+    assert json.loads((out / "export.json").read_text()) == {"crawl_id": "deltacrawl", "rounds": [1, 2]}
+    assert [p.name for p in _cdxj_files(out)] == ["round-000001.cdxj", "round-000002.cdxj"]
+    assert {f.name for f in _index_files(out)} == {"part-r000001-00000.parquet", "part-r000002-00000.parquet"}
+    assert counts["rounds_exported"] == 2 and counts["full"] == 1
     assert sorted(p.name for p in (out / "warc").iterdir()) == [
         "deltacrawl-r000001-p00000-00000.warc.gz", "deltacrawl-r000002-p00000-00000.warc.gz"]
     parts = sorted(str(f.parent.relative_to(out / "index")) for f in _index_files(out))
@@ -242,9 +276,12 @@ def test_parquet_types_are_common_crawls(exported):
 
 
 def test_rows_sorted_by_surt_key_in_every_file(exported):
+    sizes = []
     for f in _index_files(exported["out"]):
         keys = pq.read_table(f, columns=["url_surtkey"]).column(0).to_pylist()
-        assert keys == sorted(keys) and len(keys) >= (1 if "subset=robotstxt" in str(f) else 3)
+        assert keys == sorted(keys) and keys
+        sizes.append(len(keys))
+    assert max(sizes) == 3  # round 1's 2xx
 
 
 def test_row_values(exported):
@@ -302,23 +339,25 @@ def test_warcio_check_passes_on_exported_files(exported):
 
 def test_cdxj_points_at_the_same_records(exported):
     out = exported["out"]
-    lines = (out / "cdxj" / export.CDXJ_FILE).read_text().splitlines()
-    keys, pointers = [], set()
-    for line in lines:
-        key, ts, js = line.split(" ", 2)
-        rec = json.loads(js)
-        assert (out / rec["filename"]).is_file() and rec["filename"].startswith("warc/")
-        assert key == surt.surt(rec["url"]) and len(ts) == 14
-        keys.append((key, ts))
-        pointers.add((rec["filename"], int(rec["offset"]), int(rec["length"])))
-    assert keys == sorted(keys)
+    pointers = set()
+    for f in _cdxj_files(out):  # one per round, each sorted (pywb merges a collection's index files)
+        keys = []
+        for line in f.read_text().splitlines():
+            key, ts, js = line.split(" ", 2)
+            rec = json.loads(js)
+            assert (out / rec["filename"]).is_file() and rec["filename"].startswith("warc/")
+            assert rec["filename"].startswith(f"warc/deltacrawl-r{f.name[len('round-'):-len('.cdxj')]}-")
+            assert key == surt.surt(rec["url"]) and len(ts) == 14
+            keys.append((key, ts))
+            pointers.add((rec["filename"], int(rec["offset"]), int(rec["length"])))
+        assert keys and keys == sorted(keys)
     index = {(r["warc_filename"], r["warc_record_offset"], r["warc_record_length"]) for r in _index(out)}
     assert pointers == index
 
 
 def test_rerun_replaces_output_cleanly(spark, exported):
-    """A second export to the same DIR (through the CLI, copying this time) gives the same output,
-    drops what the first left that the second would not write, and leaves other files in DIR alone."""
+    """A second export to the same DIR with ``--full`` (through the CLI, copying this time) gives the same
+    output, drops what the first left that the second would not write, and leaves other files in DIR alone."""
     out, d = exported["out"], exported["dir"]
     (out / "index" / "crawl=deltacrawl" / "subset=warc" / "stale.parquet").write_bytes(b"old")
     (out / "warc" / "stale.warc.gz").write_bytes(b"old")
@@ -326,17 +365,75 @@ def test_rerun_replaces_output_cleanly(spark, exported):
     (out / "README.txt").write_text("mine")
     overlay = d / "export.toml"
     overlay.write_text(f'[storage]\nroot = "{d / "crawl"}"\n[export]\nhard_link = false\nindex_files = 2\n')
-    assert cli.main(["--conf", str(overlay), "export", "--out", str(out)]) == 0
+    assert cli.main(["--conf", str(overlay), "export", "--out", str(out), "--full"]) == 0
     assert _snapshot(out) == exported["first"]
-    for subset in ("warc", "crawldiagnostics"):  # files of a subset are consecutive url_surtkey ranges
-        files = sorted((out / "index" / "crawl=deltacrawl" / f"subset={subset}").glob("*.parquet"))
-        assert 1 <= len(files) <= 2
-        keys = [k for f in files for k in pq.read_table(f, columns=["url_surtkey"]).column(0).to_pylist()]
-        assert keys == sorted(keys)
-    assert sorted(p.name for p in out.iterdir()) == ["README.txt", "cdxj", "index", "warc"]
+    files = sorted((out / "index" / "crawl=deltacrawl" / "subset=warc").glob("part-r000001-*.parquet"))
+    assert [f.name for f in files] == [export_files.index_file_name(1, k) for k in range(len(files))]
+    assert 1 <= len(files) <= 2
+    # a round's files of a subset are consecutive url_surtkey ranges
+    keys = [k for f in files for k in pq.read_table(f, columns=["url_surtkey"]).column(0).to_pylist()]
+    assert keys == sorted(keys) and len(keys) == 3
+    assert sorted(p.name for p in out.iterdir()) == ["README.txt", "cdxj", "export.json", "index", "warc"]
     for p in (out / "warc").iterdir():  # copies now, not links to storage.root's files
         assert p.stat().st_ino != exported["inodes"][p.name]
         assert p.read_bytes() == Path(common.warc_root(exported["conf"]), p.name).read_bytes()
+
+
+# a 4-round crawl: round 3 fetches the first URL again with the same payload (an identical-payload revisit)
+# and the home page changed; round 4 a new page
+HOME = "http://www.example.com/"
+PAGES4 = [
+    (1, PAGES[0][1], 200, PAGES[0][3], {}),
+    (1, HOME, 200, b"<html>home</html>", {}),
+    (2, PAGES[0][1], 304, b"", {}),
+    (2, "http://www.example.com/gone", 404, b"gone", {}),
+    (3, PAGES[0][1], 200, PAGES[0][3], {"_identical": True}),
+    (3, HOME, 200, b"<html>home, edited</html>", {}),
+    (4, "http://www.example.com/new", 200, b"<html>new</html>", {}),
+]
+
+
+def _stamps(out: Path) -> dict:
+    return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*")
+            if p.is_file() and p.name != export_files.MANIFEST}
+
+
+def test_export_after_round_2_then_4_is_the_export_after_round_4(spark, tmp_path):
+    """Incremental: the second export writes rounds 3 and 4 only (the files of rounds 1 and 2 untouched, a
+    third export writes nothing), and the result is one export after round 4 byte for byte (index files,
+    CDXJ, WARC files, manifest); every index row reads back with warcio as its record."""
+    conf = _conf(tmp_path / "crawl")
+    _write_crawl(spark, conf, PAGES4, unlogged_robots=False, updated=[1, 2])
+    inc, one = tmp_path / "inc", tmp_path / "one"
+    got = export.run(spark, conf, str(inc))
+    assert (got["rounds_exported"], got["full"], got["index_rows"]) == (2, 1, 5)  # 4 pages + robots.txt
+    before = _stamps(inc)
+    _updated(spark, conf, [3, 4])
+    got = export.run(spark, conf, str(inc))
+    assert (got["rounds_exported"], got["full"], got["index_rows"], got["warc_files"]) == (2, 0, 3, 2)
+    assert {p: v for p, v in _stamps(inc).items() if p in before} == before
+    assert export.run(spark, conf, str(inc))["rounds_exported"] == 0
+    export.run(spark, conf, str(one))
+    assert json.loads((inc / export_files.MANIFEST).read_text())["rounds"] == [1, 2, 3, 4]
+    files = _files(inc)
+    assert sorted(files) == sorted(_files(one)) and files == _files(one)
+    assert len([f for f in files if f.startswith("cdxj/")]) == 4
+    rows = _index(inc)
+    assert len(rows) == len(PAGES4) + 1
+    for r in rows:
+        with open(inc / r["warc_filename"], "rb") as f:
+            f.seek(r["warc_record_offset"])
+            rec = next(iter(ArchiveIterator(io.BytesIO(f.read(r["warc_record_length"])))))
+        assert rec.rec_headers.get_header("WARC-Target-URI") == r["url"]
+        assert rec.rec_type == ("revisit" if r["content_mime_type"] == export.REVISIT_MIME else "response")
+    identical = next(r for r in rows if r["warc_segment"] == "3" and r["url"] == PAGES[0][1])
+    assert (identical["fetch_status"], identical["subset"], identical["content_mime_type"]) == (
+        200, "warc", "warc/revisit")
+    assert identical["content_digest"] == warc.sha1_digest(PAGES[0][3])[len("sha1:"):]
+    # lookup --payload follows both revisits (the 304 and the identical payload) to the full copy of round 1
+    rc, out, _err = _lookup(conf, PAGES[0][1], with_payload=True)
+    text, body = out.decode(), PAGES[0][3].decode()
+    assert rc == 0 and text.count(f"bytes, of the record of {warc.warc_date(T0)} it refers to ---\n{body}\n") == 2
 
 
 def test_missing_warc_file_is_an_error(spark, tmp_path):
@@ -346,6 +443,7 @@ def test_missing_warc_file_is_an_error(spark, tmp_path):
                    warc_length=10, fetch_time=dt.datetime(2025, 1, 1))
     spark.createDataFrame([row], FETCH_LOG).write.format("delta").save(common.table_path(conf, "fetch_log"))
     _write_fetch_output(spark, conf, [])
+    _updated(spark, conf, [1])
     with pytest.raises(FileNotFoundError, match="gone.warc.gz"):
         export.run(spark, conf, str(tmp_path / "out"))
 
@@ -356,10 +454,11 @@ def test_nothing_stored_exports_empty_output(spark, tmp_path):
     row = _log_row(1, DENIED, outcome="robots_denied", error_class="robots_denied")
     spark.createDataFrame([row], FETCH_LOG).write.format("delta").save(common.table_path(conf, "fetch_log"))
     _write_fetch_output(spark, conf, [])
+    _updated(spark, conf, [1])
     counts = export.run(spark, conf, str(tmp_path / "out"))
     assert counts["index_rows"] == 0 and counts["warc_files"] == 0 and counts["cdxj_lines"] == 0
     assert list((tmp_path / "out" / "warc").iterdir()) == [] and _index_files(tmp_path / "out") == []
-    assert (tmp_path / "out" / "cdxj" / export.CDXJ_FILE).read_text() == ""
+    assert [(p.name, p.read_text()) for p in _cdxj_files(tmp_path / "out")] == [("round-000001.cdxj", "")]
 
 
 def test_index_and_crawl_db_agree_on_the_original(spark):
