@@ -35,7 +35,8 @@ pytestmark = pytest.mark.spark
 BIN = Path(sys.executable).parent
 T0 = 1_760_000_000.0  # epoch seconds of the first fetch
 
-# (round, url, status, body, extra fetch_log fields); round 2 re-fetches the first URL (304)
+# (round, url, status, body, extra fetch_log fields); round 2 re-fetches the first URL (304), round 3 again
+# (a 200 with the same payload: an identical-payload revisit); the ledger says rounds 1-2, then 1-4 are updated
 PAGES = [
     (1, "http://a.b.example.co.uk/x?b=2&a=1", 200, b"<html>same words here</html>", {"simhash": 123}),
     # update marked it a duplicate of the first (fetch_log.dup_of), and the index says so
@@ -46,6 +47,8 @@ PAGES = [
     (1, "http://www.example.com/missing", 404, b"not found", {}),
     (2, "http://a.b.example.co.uk/x?b=2&a=1", 304, b"", {}),
     (2, "http://www.example.com/new", 200, b"<html>new</html>", {"charset": "utf-8"}),
+    (3, "http://a.b.example.co.uk/x?b=2&a=1", 200, b"<html>same words here</html>", {"_identical": True}),
+    (4, "http://www.example.com/later", 200, b"<html>later</html>", {}),
 ]
 DENIED = "http://www.example.com/private"  # robots_denied: a fetch_log row without a WARC record
 ROBOTS = "http://www.example.com/robots.txt"
@@ -132,13 +135,13 @@ def _write_crawl(spark, conf: config.Config, pages=None, *, unlogged_robots: boo
     Path(warc_dir, "deltacrawl-r000009-p00000-00000.warc.gz").write_bytes(b"junk")
     (spark.createDataFrame(rows, FETCH_LOG).write.format("delta").partitionBy("round")
      .save(common.table_path(conf, "fetch_log")))
-    # fetch_output: a page row (never indexed from here) and a robots row of round 3, which update has not
+    # fetch_output: a page row (never indexed from here) and a robots row of round 5, which update has not
     # logged yet (its WARC file is not even promoted): neither is exported
     robots.append(_output_row(1, "page", "www.example.com", url="http://www.example.com/", status_code=200,
                               warc_filename="deltacrawl-r000001-p00000-00000.warc.gz", warc_offset=0, warc_length=1))
     if unlogged_robots:
-        robots.append(_output_row(3, "robots", "www.example.com", url=ROBOTS, status_code=200,
-                                  warc_filename="deltacrawl-r000003-p00000-00000.warc.gz", warc_offset=0,
+        robots.append(_output_row(5, "robots", "www.example.com", url=ROBOTS, status_code=200,
+                                  warc_filename="deltacrawl-r000005-p00000-00000.warc.gz", warc_offset=0,
                                   warc_length=1))
     _write_fetch_output(spark, conf, robots)
     _updated(spark, conf, sorted({r["round"] for r in rows}) if updated is None else updated)
@@ -158,14 +161,22 @@ def _write_fetch_output(spark, conf: config.Config, rows: list[dict]) -> None:
 
 @pytest.fixture(scope="module")
 def exported(spark, tmp_path_factory):
+    """The crawl exported incrementally to ``inc`` (after round 2, then after round 4, then once more), and
+    at once to ``out`` (after round 4: what most tests read)."""
     d = tmp_path_factory.mktemp("export")
     conf = _conf(d / "crawl")
-    rows = _write_crawl(spark, conf)
-    out = d / "out"
+    rows = _write_crawl(spark, conf, updated=[1, 2])
+    inc, out = d / "inc", d / "out"
+    steps = [export.run(spark, conf, str(inc))]
+    stamps = _stamps(inc)
+    _updated(spark, conf, [3, 4])
+    steps += [export.run(spark, conf, str(inc)), export.run(spark, conf, str(inc))]
+    incremental = {"steps": steps, "stamps": stamps, "after": _stamps(inc), "files": _files(inc)}
     counts = export.run(spark, conf, str(out))
     first = _snapshot(out)
     inodes = {p.name: p.stat().st_ino for p in (out / "warc").iterdir()}
-    yield {"conf": conf, "rows": rows, "out": out, "counts": counts, "first": first, "inodes": inodes, "dir": d}
+    yield {"conf": conf, "rows": rows, "out": out, "counts": counts, "first": first, "inodes": inodes, "dir": d,
+           "files": _files(out), "incremental": incremental}
 
 
 def _index_files(out: Path) -> list[Path]:
@@ -190,6 +201,11 @@ def _snapshot(out: Path) -> tuple:
     rows = sorted(json.dumps(r, default=str, sort_keys=True) for r in _index(out))
     warcs = sorted(p.name for p in (out / "warc").iterdir())
     return rows, warcs, [(p.name, p.read_text()) for p in _cdxj_files(out)]
+
+
+def _stamps(out: Path) -> dict:
+    return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*")
+            if p.is_file() and p.name != export_files.MANIFEST}
 
 
 def _files(out: Path) -> dict[str, bytes]:
@@ -243,19 +259,19 @@ def test_public_suffix_list_needs_no_network(monkeypatch):
 def test_layout_and_counts(exported):
     out, counts = exported["out"], exported["counts"]
     assert sorted(p.name for p in out.iterdir()) == ["cdxj", "export.json", "index", "warc"]
-    assert json.loads((out / "export.json").read_text()) == {"crawl_id": "deltacrawl", "rounds": [1, 2]}
-    assert [p.name for p in _cdxj_files(out)] == ["round-000001.cdxj", "round-000002.cdxj"]
-    assert {f.name for f in _index_files(out)} == {"part-r000001-00000.parquet", "part-r000002-00000.parquet"}
-    assert counts["rounds_exported"] == 2 and counts["full"] == 1
+    assert json.loads((out / "export.json").read_text()) == {"crawl_id": "deltacrawl", "rounds": [1, 2, 3, 4]}
+    assert [p.name for p in _cdxj_files(out)] == [f"round-00000{n}.cdxj" for n in (1, 2, 3, 4)]
+    assert {f.name for f in _index_files(out)} == {f"part-r00000{n}-00000.parquet" for n in (1, 2, 3, 4)}
+    assert counts["rounds_exported"] == 4 and counts["full"] == 1
     assert sorted(p.name for p in (out / "warc").iterdir()) == [
-        "deltacrawl-r000001-p00000-00000.warc.gz", "deltacrawl-r000002-p00000-00000.warc.gz"]
+        f"deltacrawl-r00000{n}-p00000-00000.warc.gz" for n in (1, 2, 3, 4)]
     parts = sorted(str(f.parent.relative_to(out / "index")) for f in _index_files(out))
     assert sorted(set(parts)) == ["crawl=deltacrawl/subset=crawldiagnostics", "crawl=deltacrawl/subset=robotstxt",
                                   "crawl=deltacrawl/subset=warc"]
     assert not [p for p in (out / "index").rglob("*") if p.is_file() and p.suffix != ".parquet"]
-    assert counts["index_rows"] == len(PAGES) + 1 and counts["index_warc"] == 4
-    assert counts["index_crawldiagnostics"] == 3 and counts["index_robotstxt"] == 1  # round 3's is not logged yet
-    assert counts["warc_files"] == 2 and counts["warc_linked"] == 2
+    assert counts["index_rows"] == len(PAGES) + 1 and counts["index_warc"] == 6
+    assert counts["index_crawldiagnostics"] == 3 and counts["index_robotstxt"] == 1  # round 5's is not logged yet
+    assert counts["warc_files"] == 4 and counts["warc_linked"] == 4
     assert counts["cdxj_lines"] == len(PAGES) + 1
 
 
@@ -286,7 +302,9 @@ def test_rows_sorted_by_surt_key_in_every_file(exported):
 
 def test_row_values(exported):
     rows = _index(exported["out"])
-    by = {(r["url"], r["fetch_status"]): r for r in rows}
+    by = {}
+    for r in sorted(rows, key=lambda r: r["fetch_time"]):
+        by.setdefault((r["url"], r["fetch_status"]), r)  # the first capture
     assert DENIED not in {r["url"] for r in rows}
     orig = by[("http://a.b.example.co.uk/x?b=2&a=1", 200)]
     assert orig["subset"] == "warc" and orig["crawl"] == "deltacrawl" and orig["warc_segment"] == "1"
@@ -304,6 +322,11 @@ def test_row_values(exported):
     revisit = by[("http://a.b.example.co.uk/x?b=2&a=1", 304)]
     assert revisit["subset"] == "crawldiagnostics" and revisit["warc_segment"] == "2"
     assert revisit["duplicate_of"] is None and revisit["content_digest"] == orig["content_digest"]
+    assert (revisit["content_mime_type"], orig["content_mime_type"]) == ("warc/revisit", "text/html")
+    # round 3's 200 with the same payload: an identical-payload revisit, in the warc subset as a 2xx
+    identical = next(r for r in rows if r["warc_segment"] == "3")
+    assert (identical["url"], identical["fetch_status"], identical["subset"]) == (orig["url"], 200, "warc")
+    assert (identical["content_mime_type"], identical["content_digest"]) == ("warc/revisit", orig["content_digest"])
     assert by[("http://www.example.com/new", 200)]["content_charset"] == "utf-8"
     assert all(r["warc_filename"].startswith("warc/") for r in rows)
     robots = by[(ROBOTS, 200)]
@@ -324,9 +347,9 @@ def test_every_index_row_reads_back_from_the_exported_warc(exported):
         assert len(recs) == 1
         rec = recs[0]
         assert rec.rec_headers.get_header("WARC-Target-URI") == r["url"]
-        assert rec.rec_type == ("revisit" if r["fetch_status"] == 304 else "response")
+        assert rec.rec_type == ("revisit" if r["content_mime_type"] == export.REVISIT_MIME else "response")
         assert int(rec.http_headers.get_statuscode()) == r["fetch_status"]
-        if rec.rec_type == "response":
+        if r["fetch_status"] != 304:  # a response, or an identical-payload revisit: the payload's digest
             assert rec.rec_headers.get_header("WARC-Payload-Digest") == "sha1:" + r["content_digest"]
 
 
@@ -379,61 +402,19 @@ def test_rerun_replaces_output_cleanly(spark, exported):
         assert p.read_bytes() == Path(common.warc_root(exported["conf"]), p.name).read_bytes()
 
 
-# a 4-round crawl: round 3 fetches the first URL again with the same payload (an identical-payload revisit)
-# and the home page changed; round 4 a new page
-HOME = "http://www.example.com/"
-PAGES4 = [
-    (1, PAGES[0][1], 200, PAGES[0][3], {}),
-    (1, HOME, 200, b"<html>home</html>", {}),
-    (2, PAGES[0][1], 304, b"", {}),
-    (2, "http://www.example.com/gone", 404, b"gone", {}),
-    (3, PAGES[0][1], 200, PAGES[0][3], {"_identical": True}),
-    (3, HOME, 200, b"<html>home, edited</html>", {}),
-    (4, "http://www.example.com/new", 200, b"<html>new</html>", {}),
-]
-
-
-def _stamps(out: Path) -> dict:
-    return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*")
-            if p.is_file() and p.name != export_files.MANIFEST}
-
-
-def test_export_after_round_2_then_4_is_the_export_after_round_4(spark, tmp_path):
-    """Incremental: the second export writes rounds 3 and 4 only (the files of rounds 1 and 2 untouched, a
-    third export writes nothing), and the result is one export after round 4 byte for byte (index files,
-    CDXJ, WARC files, manifest); every index row reads back with warcio as its record."""
-    conf = _conf(tmp_path / "crawl")
-    _write_crawl(spark, conf, PAGES4, unlogged_robots=False, updated=[1, 2])
-    inc, one = tmp_path / "inc", tmp_path / "one"
-    got = export.run(spark, conf, str(inc))
-    assert (got["rounds_exported"], got["full"], got["index_rows"]) == (2, 1, 5)  # 4 pages + robots.txt
-    before = _stamps(inc)
-    _updated(spark, conf, [3, 4])
-    got = export.run(spark, conf, str(inc))
-    assert (got["rounds_exported"], got["full"], got["index_rows"], got["warc_files"]) == (2, 0, 3, 2)
-    assert {p: v for p, v in _stamps(inc).items() if p in before} == before
-    assert export.run(spark, conf, str(inc))["rounds_exported"] == 0
-    export.run(spark, conf, str(one))
-    assert json.loads((inc / export_files.MANIFEST).read_text())["rounds"] == [1, 2, 3, 4]
-    files = _files(inc)
-    assert sorted(files) == sorted(_files(one)) and files == _files(one)
-    assert len([f for f in files if f.startswith("cdxj/")]) == 4
-    rows = _index(inc)
-    assert len(rows) == len(PAGES4) + 1
-    for r in rows:
-        with open(inc / r["warc_filename"], "rb") as f:
-            f.seek(r["warc_record_offset"])
-            rec = next(iter(ArchiveIterator(io.BytesIO(f.read(r["warc_record_length"])))))
-        assert rec.rec_headers.get_header("WARC-Target-URI") == r["url"]
-        assert rec.rec_type == ("revisit" if r["content_mime_type"] == export.REVISIT_MIME else "response")
-    identical = next(r for r in rows if r["warc_segment"] == "3" and r["url"] == PAGES[0][1])
-    assert (identical["fetch_status"], identical["subset"], identical["content_mime_type"]) == (
-        200, "warc", "warc/revisit")
-    assert identical["content_digest"] == warc.sha1_digest(PAGES[0][3])[len("sha1:"):]
-    # lookup --payload follows both revisits (the 304 and the identical payload) to the full copy of round 1
-    rc, out, _err = _lookup(conf, PAGES[0][1], with_payload=True)
-    text, body = out.decode(), PAGES[0][3].decode()
-    assert rc == 0 and text.count(f"bytes, of the record of {warc.warc_date(T0)} it refers to ---\n{body}\n") == 2
+def test_export_after_round_2_then_4_is_the_export_after_round_4(exported):
+    """Incremental: the second export writes rounds 3 and 4 only (the files of rounds 1 and 2 untouched), a
+    third writes nothing, and the result is one export after round 4 byte for byte: index files (rows),
+    CDXJ (lines), WARC files (records) and manifest."""
+    inc = exported["incremental"]
+    first, second, third = inc["steps"]
+    assert (first["rounds_exported"], first["full"], first["index_rows"]) == (2, 1, 8)  # 7 pages + robots.txt
+    assert (second["rounds_exported"], second["full"], second["index_rows"], second["warc_files"]) == (2, 0, 2, 2)
+    assert (third["rounds_exported"], third["index_rows"], third["warc_files"]) == (0, 0, 0)
+    assert {p: v for p, v in inc["after"].items() if p in inc["stamps"]} == inc["stamps"]
+    assert len(inc["after"]) > len(inc["stamps"])
+    assert sorted(inc["files"]) == sorted(exported["files"])
+    assert inc["files"] == exported["files"]
 
 
 def test_missing_warc_file_is_an_error(spark, tmp_path):
@@ -494,8 +475,9 @@ def _lookup(conf, url: str, **kw) -> tuple[int, bytes, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
-def _row(exported, url: str, status: int) -> dict:
-    return next(r for r in exported["rows"] if r["url"] == url and r["status_code"] == status)
+def _row(exported, url: str, status: int, round_no: int = 1) -> dict:
+    return next(r for r in exported["rows"] if r["url"] == url and r["status_code"] == status
+                and r["round"] == round_no)
 
 
 def test_export_records_where_it_wrote(exported):
@@ -503,17 +485,17 @@ def test_export_records_where_it_wrote(exported):
 
 
 def test_lookup_normalises_and_lists_every_capture(exported):
-    """Both captures of the first URL, asked for in a form the crawl DB would not key (case, default port,
+    """The three captures of the first URL, asked for in a form the crawl DB would not key (case, default port,
     fragment), oldest first, each with the record's date, status, digest and WARC pointer."""
     url = PAGES[0][1]
     rc, out, err = _lookup(exported["conf"], "HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top")
     assert rc == 0 and err == ""
     lines = out.decode().splitlines()
-    assert lines[0] == f"{url} (normalised from HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top): 2 capture(s) in " \
+    assert lines[0] == f"{url} (normalised from HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top): 3 capture(s) in " \
                        f"{exported['out']}"
     want = []
-    for status, subset, rnd in ((200, "warc", 1), (304, "crawldiagnostics", 2)):
-        r = _row(exported, url, status)
+    for status, subset, rnd in ((200, "warc", 1), (304, "crawldiagnostics", 2), (200, "warc", 3)):
+        r = _row(exported, url, status, rnd)
         when = warc.warc_date(r["fetch_time"].replace(tzinfo=dt.timezone.utc).timestamp())
         want.append(f"{when} {status} {r['digest']} warc/{r['warc_filename']} offset={r['warc_offset']} "
                     f"length={r['warc_length']} subset={subset} round={rnd}")
@@ -526,7 +508,8 @@ def test_lookup_shows_duplicate_of(exported):
 
 
 def test_lookup_payload_of_a_response_and_of_a_revisit(exported):
-    """--payload: a response's stored payload; a 304 revisit stores none, so the original's it refers to."""
+    """--payload: a response's stored payload; a revisit (the 304 of round 2, the identical payload of round 3)
+    stores none, so the original's it refers to (the crawl DB named it to both)."""
     url, body = PAGES[0][1], PAGES[0][3]
     rc, out, _err = _lookup(exported["conf"], url, with_payload=True)
     first = warc.warc_date(_row(exported, url, 200)["fetch_time"].replace(tzinfo=dt.timezone.utc).timestamp())
@@ -534,7 +517,7 @@ def test_lookup_payload_of_a_response_and_of_a_revisit(exported):
     assert rc == 0
     assert text.count(f"--- payload: {len(body)} bytes ---\n{body.decode()}\n--- end of payload ---") == 1
     assert text.count(f"--- payload: {len(body)} bytes, of the record of {first} it refers to ---\n"
-                      f"{body.decode()}\n--- end of payload ---") == 1
+                      f"{body.decode()}\n--- end of payload ---") == 2
 
 
 def test_lookup_of_an_unknown_url_is_one_line_and_exit_1(exported):
