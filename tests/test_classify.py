@@ -160,3 +160,48 @@ def test_robots_step(name, resp, hops, want):
     else:
         assert isinstance(step, RobotsDone) and step.status == want[1]
         assert step.body == (resp.body if want[2] else None)
+
+
+# -- the verdict applied (crawl_udfs.pages): which WARC record is written ------------------------------
+@pytest.mark.parametrize("status, body, profile, payload_digest", [
+    (200, b"same", "identical-payload-digest", SAME),   # the stored copy's payload again
+    (304, b"", "server-not-modified", None),
+])
+def test_page_work_writes_a_revisit_of_the_stored_copy(tmp_path, status, body, profile, payload_digest):
+    """A revisit record names the copy the fetch list carries (record id, URI, date), and the row says so
+    (``warc_refers_to``); the row of the 200 stays ``ok`` with its digest, parsed."""
+    import io
+
+    from warcio.archiveiterator import ArchiveIterator
+
+    from crawl_udfs.pages import PageWork
+    from crawl_udfs.url_normalize import CachedNormalizer
+    from crawl_udfs.warc import RollingWarcWriter
+
+    with RollingWarcWriter(str(tmp_path), CONF.warc, name_fn=lambda i: f"t-{i}.warc.gz") as w:
+        work = PageWork(CONF, RULES, CachedNormalizer(UrlNormalizer(CONF.url), 100), w, {})
+        it = item()
+        r = work._apply(classify(it, response(status, [("Content-Type", "text/html")], body), RULES), it,
+                        response(status, [("Content-Type", "text/html")], body))
+    assert (r.warc_refers_to, r.digest) == ("<urn:old>", SAME)
+    with open(tmp_path / r.warc_filename, "rb") as f:
+        f.seek(r.warc_offset)
+        rec = next(iter(ArchiveIterator(io.BytesIO(f.read(r.warc_length)))))
+    h = rec.rec_headers
+    assert rec.rec_type == "revisit" and h.get_header("WARC-Profile").endswith("/revisit/" + profile)
+    assert (h.get_header("WARC-Refers-To"), h.get_header("WARC-Refers-To-Target-URI")) == ("<urn:old>", URL)
+    assert (h.get_header("WARC-Refers-To-Date"), h.get_header("WARC-Payload-Digest")) == (
+        "1970-01-01T00:00:01.000Z", payload_digest)
+    assert rec.content_stream().read() == b""
+
+
+def test_page_work_writes_a_changed_payload_in_full(tmp_path):
+    from crawl_udfs.pages import PageWork
+    from crawl_udfs.url_normalize import CachedNormalizer
+    from crawl_udfs.warc import RollingWarcWriter
+
+    with RollingWarcWriter(str(tmp_path), CONF.warc, name_fn=lambda i: f"t-{i}.warc.gz") as w:
+        work = PageWork(CONF, RULES, CachedNormalizer(UrlNormalizer(CONF.url), 100), w, {})
+        resp = response(200, [("Content-Type", "text/html")], HTML)
+        r = work._apply(classify(item(), resp, RULES), item(), resp)
+    assert r.warc_refers_to is None and r.outcome == "ok" and r.outlinks
