@@ -183,14 +183,16 @@ def robots_rows(fetch_output, fetch_log):
                      for f in FETCH_LOG.fields])
 
 
-def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None):
+def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None, named_by=None):
     """fetch_log rows -> Common Crawl index rows (:func:`cc_index_schema`), unsorted.
 
     One row per fetch_log row with a WARC pointer (response or revisit record);
     rows without one (errors, robots_denied) are dropped. ``robots`` (:func:`robots_rows`),
     when given, adds the robots.txt responses, in the ``robotstxt`` subset. ``warc_filename`` is
     ``<warc_dir>/<name>``; ``warc_segment`` is the round number. The URL columns
-    are computed last, by one pandas UDF over the final rows (evaluated once per row).
+    are computed last, by one pandas UDF over the final rows (evaluated once per row). ``named_by``
+    (default ``fetch_log``) is where an original's URL is looked up: the whole ``fetch_log`` when
+    ``fetch_log`` is some rounds of it (an original stored in an earlier round).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.functions import pandas_udf
@@ -198,7 +200,8 @@ def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None)
     fl = fetch_log.where(F.col("warc_filename").isNotNull() & F.col("warc_offset").isNotNull()
                          & F.col("warc_length").isNotNull())
     # update's verdict, as the original's URL: the original was stored, so fetch_log names it too
-    originals = (fetch_log.select(F.col("url_fp").alias("dup_of"), F.col("url").alias("_orig_url"))
+    originals = ((fetch_log if named_by is None else named_by)
+                 .select(F.col("url_fp").alias("dup_of"), F.col("url").alias("_orig_url"))
                  .join(fl.select("dup_of").where(F.col("dup_of").isNotNull()).distinct(), "dup_of", "left_semi")
                  .dropDuplicates(["dup_of"]))
     fl = fl.join(originals, "dup_of", "left").withColumn("_robots", F.lit(False))
@@ -342,7 +345,8 @@ def _export_rounds(spark, conf: Config, todo: list[int], target: str, scratch: s
     from jobs import common
 
     c = conf.export
-    fetch_log = common.read(spark, conf, "fetch_log").where(F.col("round").isin(todo))
+    whole_log = common.read(spark, conf, "fetch_log")
+    fetch_log = whole_log.where(F.col("round").isin(todo))
     robots = robots_rows(common.read(spark, conf, "fetch_output").where(F.col("round").isin(todo)), fetch_log)
     files: dict[int, list[str]] = {n: [] for n in todo}
     for r in (fetch_log.select("round", "warc_filename").unionByName(robots.select("round", "warc_filename"))
@@ -353,8 +357,8 @@ def _export_rounds(spark, conf: Config, todo: list[int], target: str, scratch: s
     counts["cdxj_lines"] = sum(
         export_files.write_cdxj(target, files[n], os.path.join(target, "cdxj", export_files.cdxj_file_name(n)),
                                 records=list(c.cdxj_records)) for n in todo)
-    _write_index(spark, index_rows(fetch_log, crawl_id=c.crawl_id, warc_dir="warc", robots=robots), scratch,
-                 c.index_files)
+    rows = index_rows(fetch_log, crawl_id=c.crawl_id, warc_dir="warc", robots=robots, named_by=whole_log)
+    _write_index(spark, rows, scratch, c.index_files)
     by_subset: dict[str, int] = {}
     for n in todo:
         got = export_files.move_index_files(os.path.join(scratch, f"_round={n}"),
