@@ -48,9 +48,9 @@ PAGES = [
     (2, "http://a.b.example.co.uk/x?b=2&a=1", 304, b"", {}),
     (2, "http://www.example.com/new", 200, b"<html>new</html>", {"charset": "utf-8"}),
     (3, "http://a.b.example.co.uk/x?b=2&a=1", 200, b"<html>same words here</html>", {"_identical": True}),
-    # a copy of round 1's original: its duplicate_of names a URL of an earlier round than the ones exported
-    (4, "http://www.example.com/later", 200, b"<html>same words here</html>",
-     {"dup_of": hash("http://a.b.example.co.uk/x?b=2&a=1") & 0x7FFFFFFF}),
+    # a copy of a page only round 1 fetched: its duplicate_of names a URL of a round exported before
+    (4, "http://www.example.com/later", 200, b"<html>blog</html>" * 50,
+     {"dup_of": hash("http://foo.blogspot.com/p") & 0x7FFFFFFF}),
 ]
 DENIED = "http://www.example.com/private"  # robots_denied: a fetch_log row without a WARC record
 ROBOTS = "http://www.example.com/robots.txt"
@@ -330,7 +330,7 @@ def test_row_values(exported):
     assert (identical["url"], identical["fetch_status"], identical["subset"]) == (orig["url"], 200, "warc")
     assert (identical["content_mime_type"], identical["content_digest"]) == ("warc/revisit", orig["content_digest"])
     assert by[("http://www.example.com/new", 200)]["content_charset"] == "utf-8"
-    assert by[("http://www.example.com/later", 200)]["duplicate_of"] == orig["url"]  # exported with round 4
+    assert by[("http://www.example.com/later", 200)]["duplicate_of"] == "http://foo.blogspot.com/p"  # round 1's
     assert all(r["warc_filename"].startswith("warc/") for r in rows)
     robots = by[(ROBOTS, 200)]
     assert (robots["subset"], robots["warc_segment"], robots["content_mime_type"]) == ("robotstxt", "1", "text/plain")
