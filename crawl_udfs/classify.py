@@ -4,7 +4,9 @@
 task's :class:`Rules`. It returns a :class:`Verdict`: the page's result row
 (outcome, status, kept headers, validators, digest, redirect decision) and what
 the caller must still do (store an exchange or a revisit record in WARC, parse
-the body). The caller applies those effects (``crawl_udfs.pages``); nothing here
+the body). A 2xx whose payload digest equals the stored copy's keeps its outcome
+(``ok``: parsed, scheduled as unchanged) but is stored as an identical-payload
+revisit (:func:`identical_payload`). The caller applies those effects (``crawl_udfs.pages``); nothing here
 writes, parses or reads a clock, so the rules are tested row by row
 (``tests/test_classify.py``).
 
@@ -46,12 +48,13 @@ class Rules:
     max_redirect_hops: int                    # fetch.max_redirect_hops
     normalize: Callable[[str, str], str | None]  # (reference, base URL) -> normalised URL, None if unusable
     admission: Admission                      # URL -> None when admitted, else why not
+    revisit_identical: bool = False           # warc.revisit_identical_payload
 
 
 def rules_for(conf: Config, normalizer: UrlNormalizer) -> Rules:
     """The task's rules (Admission remembers its verdict per URL: outlinks repeat from page to page)."""
     return Rules(frozenset(conf.fetch.keep_headers), int(conf.fetch.max_redirect_hops), normalizer.normalize,
-                 Admission(conf))
+                 Admission(conf), bool(conf.warc.revisit_identical_payload))
 
 
 class Store(Enum):
@@ -59,7 +62,8 @@ class Store(Enum):
 
     NOTHING = "nothing"    # no response to store (network failure)
     EXCHANGE = "exchange"  # request + response records
-    REVISIT = "revisit"    # request + revisit record pointing at the stored copy (304)
+    REVISIT = "revisit"    # request + server-not-modified revisit record pointing at the stored copy (304)
+    IDENTICAL = "identical"  # request + identical-payload-digest revisit record: a 2xx payload equal to the stored copy's
 
 
 @dataclass(slots=True)
@@ -106,7 +110,14 @@ def classify(item: FetchItem, resp: FetchResponse, rules: Rules) -> Verdict:
             row.outcome = Outcome.BAD_REDIRECT.value
         return Verdict(row, Store.EXCHANGE, False, ctype or None)
     row.outcome = (Outcome.HTTP_ERROR if status >= 400 else Outcome.OK).value
-    return Verdict(row, Store.EXCHANGE, status < 400, ctype or None)
+    store = Store.IDENTICAL if status < 300 and identical_payload(item, row.digest, rules) else Store.EXCHANGE
+    return Verdict(row, store, status < 400, ctype or None)
+
+
+def identical_payload(item: FetchItem, digest: str, rules: Rules) -> bool:
+    """A 2xx payload with ``digest`` is stored as a revisit of the copy the crawl DB names (WARC 1.1 §6.7.2):
+    the rule is on, that copy's digest is the same, and its record id is known (the revisit must name it)."""
+    return rules.revisit_identical and item.prev_digest == digest and item.prev_warc_record_id is not None
 
 
 def redirect_error(item: FetchItem, target: str | None, rules: Rules) -> str | None:

@@ -201,6 +201,7 @@ RULES: dict[str, Check] = {
     "warc.prefix": NAME,
     "warc.operator": ONE_LINE,  # a WARC header value: a line break would end the header
     "warc.gzip_level": between(0, 9),
+    "warc.revisit_identical_payload": ANY,
     "generate.top_n": COUNT,
     "generate.max_urls_per_host": COUNT_OR_ZERO,
     "generate.discovery_share": SHARE,

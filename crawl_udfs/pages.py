@@ -135,11 +135,14 @@ class PageWork:
         if verdict.store is not Store.NOTHING:
             exchange = _exchange(item.url, resp)
             with self.warc_lock:
-                if verdict.store is Store.REVISIT:
-                    ptr = self.warc.write_revisit(exchange, refers_to=item.prev_warc_record_id,
-                                                  refers_to_uri=item.url, refers_to_date=item.prev_fetch_time)
-                else:
+                if verdict.store is Store.EXCHANGE:
                     ptr = self.warc.write_exchange(exchange, payload_digest=r.digest)
+                else:  # a revisit of the stored copy: a 304, or a payload identical to it
+                    ptr = self.warc.write_revisit(
+                        exchange, refers_to=item.prev_warc_record_id, refers_to_uri=item.url,
+                        refers_to_date=item.prev_fetch_time,
+                        payload_digest=r.digest if verdict.store is Store.IDENTICAL else None)
+                    r.warc_refers_to = item.prev_warc_record_id
             r.warc_filename, r.warc_offset, r.warc_length, r.warc_record_id = (
                 ptr.filename, ptr.offset, ptr.length, ptr.record_id)
         if verdict.parse and item.fetch_kind == SITEMAP:

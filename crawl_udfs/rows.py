@@ -115,6 +115,7 @@ class FetchResult:
     warc_offset: int | None = None
     warc_length: int | None = None
     warc_record_id: str | None = None
+    warc_refers_to: str | None = None    # a revisit record (304 or identical payload): the full copy's record id
     t_first_byte_ms: float | None = None
     t_total_ms: float | None = None
     politeness_wait_ms: float | None = None  # time this URL waited for its host to be allowed

@@ -21,6 +21,12 @@ Guarantees
 - HTTP 304 becomes a ``revisit`` record, profile
   ``http://netpreserve.org/warc/1.1/revisit/server-not-modified``, headers only, with
   ``WARC-Refers-To``/``-Target-URI``/``-Date`` and no payload digest (WARC 1.1 §6.7.3).
+- A response whose payload equals the stored copy's (same digest) becomes, when the caller
+  asks, a ``revisit`` record of profile
+  ``http://netpreserve.org/warc/1.1/revisit/identical-payload-digest`` (WARC 1.1 §6.7.2, as
+  Heritrix writes them): the HTTP headers as a response record stores them (framing hidden,
+  the true ``Content-Length`` of the payload appended), no payload, ``WARC-Payload-Digest``
+  and ``WARC-Refers-To``/``-Target-URI``/``-Date`` naming the full copy.
 - HTTP header names and values keep the bytes received: ``bytes`` are written verbatim,
   ``str`` is encoded UTF-8 with ``surrogateescape`` (how aiohttp decodes header bytes, so
   its ``headers`` and its ``raw_headers`` give the same bytes). A CR or LF inside a name or
@@ -54,6 +60,7 @@ from crawl_udfs.signatures import sha1_digest  # noqa: F401  (re-exported: warc.
 
 WARC_VERSION = b"WARC/1.1"
 REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+REVISIT_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 CONFORMS_TO = "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
 TRUNCATION_REASONS = frozenset({"length", "time", "disconnect", "unspecified"})
 HIDDEN_HEADER_PREFIX = b"X-Crawler-"
@@ -231,15 +238,25 @@ class WarcRecordWriter:
         return span
 
     def write_revisit(self, ex: HttpExchange, *, refers_to: str | None, refers_to_uri: str,
-                      refers_to_date: float | None) -> RecordSpan:
-        """Request, then a server-not-modified revisit (headers only; any body is dropped)."""
+                      refers_to_date: float | None, payload_digest: str | None = None) -> RecordSpan:
+        """Request, then a revisit record (headers only; the body is never stored).
+
+        Without ``payload_digest``: a server-not-modified revisit (a 304). With it: an
+        identical-payload-digest revisit of a response whose payload (``ex.body``, digest
+        ``payload_digest``) is the one of the copy ``refers_to`` names.
+        """
         req_id = self._write_request(ex)
         rid = self._new_id()
-        head = self._status_line(ex) + _http_headers(ex.response_headers, hide_framing=True) + _CRLF
+        head = self._status_line(ex) + _http_headers(ex.response_headers, hide_framing=True)
+        if payload_digest is not None:  # the headers of the payload it stands for, as its response record has them
+            head += b"Content-Length: %d\r\n" % len(ex.body)
+        head += _CRLF
         headers = self._common("revisit", ex, rid, "application/http; msgtype=response")
         headers.append(("WARC-Concurrent-To", req_id))
         headers += self._address(ex)
-        headers.append(("WARC-Profile", REVISIT_NOT_MODIFIED))
+        headers.append(("WARC-Profile", REVISIT_NOT_MODIFIED if payload_digest is None else REVISIT_IDENTICAL))
+        if payload_digest is not None:
+            headers.append(("WARC-Payload-Digest", payload_digest))
         if refers_to:
             headers.append(("WARC-Refers-To", refers_to))
         headers.append(("WARC-Refers-To-Target-URI", refers_to_uri))
@@ -338,9 +355,9 @@ class RollingWarcWriter:
         return self._finish(span)
 
     def write_revisit(self, ex: HttpExchange, *, refers_to: str | None, refers_to_uri: str,
-                      refers_to_date: float | None) -> WarcPointer:
+                      refers_to_date: float | None, payload_digest: str | None = None) -> WarcPointer:
         span = self._current().write_revisit(ex, refers_to=refers_to, refers_to_uri=refers_to_uri,
-                                             refers_to_date=refers_to_date)
+                                             refers_to_date=refers_to_date, payload_digest=payload_digest)
         return self._finish(span)
 
     def close(self) -> None:

@@ -64,7 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     cr = sub.add_parser("crawl", help="up to N rounds; stops early when nothing is due")
     cr.add_argument("--rounds", type=int, required=True)
     ex = sub.add_parser("export", help="WARC files, Parquet index (Common Crawl columns) and CDXJ into DIR")
-    ex.add_argument("--out", required=True, metavar="DIR", help="export directory (warc/, index/, cdxj/ replaced)")
+    ex.add_argument("--out", required=True, metavar="DIR",
+                    help="export directory: the updated rounds it does not hold yet are added")
+    ex.add_argument("--full", action="store_true",
+                    help="rebuild DIR's export from scratch (warc/, index/, cdxj/, export.json replaced)")
     lk = sub.add_parser("lookup", help="every stored capture of a URL in the latest export (no Spark)")
     lk.add_argument("url", metavar="URL", help="normalised first, as the crawl DB keys it")
     lk.add_argument("--export", metavar="DIR", default=None,
@@ -168,7 +171,7 @@ def _run(spark, conf, args) -> int:
         print(f"{done} round(s) completed")
     elif args.command == "export":
         from jobs import export
-        _print_counts("export", export.run(spark, conf, args.out))
+        _print_counts("export", export.run(spark, conf, args.out, full=args.full))
     elif args.command == "sql":
         common.register_tables(spark, conf)  # the names are for the query; every verb reads tables by path
         _sql(spark, args.query, args.format, args.limit, quiet=not _debug(args),

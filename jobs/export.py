@@ -1,24 +1,37 @@
-"""``deltacrawl export --out DIR``: the corpus as WARC files, a Parquet index and a CDXJ index.
+"""``deltacrawl export --out DIR [--full]``: the corpus as WARC files, a Parquet index and CDXJ, by round.
+
+Incremental: an export writes only the rounds ``DIR`` does not hold yet, of those the round
+ledger has ``updated`` (their ``fetch_log`` rows are final), and lists them in
+``DIR/export.json`` (:mod:`jobs.export_files`). Every file of the export belongs to one
+round and is a function of that round alone, so a round exported again gives the same
+names and bytes, and an export after round 2 then after round 4 is the export after round 4
+(tests/test_export.py). ``--full`` (also taken when ``DIR`` holds no manifest, or when
+``export.crawl_id`` changed) rebuilds from scratch: the export is built in
+``DIR/.export-tmp`` and swapped in for ``DIR/warc``, ``DIR/index``, ``DIR/cdxj`` and
+``DIR/export.json``, so stale files go; nothing else in ``DIR`` is touched.
 
 Layout written (docs/ARCHITECTURE.md, "External contract"; Common Crawl's layout):
 
 - ``DIR/warc/<name>.warc.gz`` — every WARC file an exported row points into,
   hard-linked from ``storage.root/warc/`` when both are on one local filesystem
   (``export.hard_link``; promoted WARC files are never rewritten, so a link is
-  safe), copied otherwise. Files are passed through byte for byte.
-- ``DIR/index/crawl=<export.crawl_id>/subset=<subset>/part-*.parquet`` — one row
+  safe), copied otherwise; placed once. Files are passed through byte for byte.
+- ``DIR/index/crawl=<export.crawl_id>/subset=<subset>/part-r<round>-<k>.parquet`` — one row
   per stored response or revisit record, in the columns of Common Crawl's
   columnar index (``cc-index-schema-flat.json``: :data:`CC_INDEX`, types exact:
   ``url_port``/``warc_record_offset``/``warc_record_length`` int32,
   ``fetch_status`` int16, ``fetch_time`` TIMESTAMP_MILLIS in UTC, rounded to
   the millisecond as the record's ``WARC-Date`` is), plus ``duplicate_of`` and
-  ``simhash``. Rows are range-partitioned by
-  ``url_surtkey`` into ``export.index_files`` tasks and sorted by
-  (``url_surtkey``, ``fetch_time``) inside every file. ``warc_filename`` is
+  ``simhash``. A round's rows of a subset are cut into
+  ``export.index_files`` consecutive ``url_surtkey`` ranges of equal row counts (files k = 0, 1, …)
+  and sorted by (``url_surtkey``, ``fetch_time``) inside every file. ``warc_filename`` is
   relative to ``DIR`` (``warc/<name>``), as Common Crawl's is relative to its
-  bucket.
-- ``DIR/cdxj/index.cdxj`` — a sorted CDXJ index of the exported files by
-  cdxj-indexer (the library pywb uses), records ``export.cdxj_records``, with
+  bucket. A revisit record's row (a 304, or a 2xx stored as an identical-payload
+  revisit: ``fetch_log.warc_refers_to``) has ``content_mime_type`` ``warc/revisit``, as in
+  Common Crawl's index and cdxj-indexer's lines, and the payload digest of the copy it stands for.
+- ``DIR/cdxj/round-<round>.cdxj`` — a sorted CDXJ index of the round's WARC files by
+  cdxj-indexer (the library pywb uses; pywb merges the files of a collection's
+  ``indexes/``), records ``export.cdxj_records``, with
   ``filename`` relative to ``DIR`` too, so both indexes name a record alike.
 
 Subsets: ``robotstxt`` = the robots.txt responses (every answered request of a
@@ -49,30 +62,26 @@ still in the corpus. It is
 read per capture from ``fetch_log`` rather than from ``crawldb.dup_of``, which
 holds only a URL's latest copy: an older capture keeps the verdict it had.
 
-Idempotent: everything is built in ``DIR/.export-tmp`` and then swapped for
-``DIR/warc``, ``DIR/index`` and ``DIR/cdxj``; a rerun replaces the three
-cleanly (a leftover temp dir of a crashed run is removed first). Nothing else in
-``DIR`` is touched. Once the swap is done, ``storage.root/exports/latest.json``
-names ``DIR`` (:mod:`jobs.export_record`): the export ``deltacrawl lookup`` reads. ``DIR`` must be a local path (or a mount every Spark
-executor sees under the same path).
+Once the export is done, ``storage.root/exports/latest.json``
+names ``DIR`` (:mod:`jobs.export_record`): the export ``deltacrawl lookup`` reads. ``DIR`` must be a local
+path (or a mount every Spark executor sees under the same path).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 from typing import Any
 from urllib.parse import urlsplit
 
 from crawl_udfs.config import Config, ConfigError
 from crawl_udfs.dns import parse_ip
 from crawl_udfs.sites import psl as _psl  # the one PSL extractor (also the site of a rel=canonical)
+from jobs import export_files
 
 SUBSETS = ("warc", "crawldiagnostics", "robotstxt")
-TMP_DIR = ".export-tmp"
-PARTS = ("warc", "index", "cdxj")
-CDXJ_FILE = "index.cdxj"
+PARTS = ("warc", "index", "cdxj", export_files.MANIFEST)  # what an export owns in DIR
+REVISIT_MIME = "warc/revisit"
 
 #: Output columns in order: Common Crawl's flat schema, then ours, then the partition columns.
 CC_COLUMNS = (
@@ -174,14 +183,16 @@ def robots_rows(fetch_output, fetch_log):
                      for f in FETCH_LOG.fields])
 
 
-def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None):
+def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None, named_by=None):
     """fetch_log rows -> Common Crawl index rows (:func:`cc_index_schema`), unsorted.
 
     One row per fetch_log row with a WARC pointer (response or revisit record);
     rows without one (errors, robots_denied) are dropped. ``robots`` (:func:`robots_rows`),
     when given, adds the robots.txt responses, in the ``robotstxt`` subset. ``warc_filename`` is
     ``<warc_dir>/<name>``; ``warc_segment`` is the round number. The URL columns
-    are computed last, by one pandas UDF over the final rows (evaluated once per row).
+    are computed last, by one pandas UDF over the final rows (evaluated once per row). ``named_by``
+    (default ``fetch_log``) is where an original's URL is looked up: the whole ``fetch_log`` when
+    ``fetch_log`` is some rounds of it (an original stored in an earlier round).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.functions import pandas_udf
@@ -189,7 +200,8 @@ def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None)
     fl = fetch_log.where(F.col("warc_filename").isNotNull() & F.col("warc_offset").isNotNull()
                          & F.col("warc_length").isNotNull())
     # update's verdict, as the original's URL: the original was stored, so fetch_log names it too
-    originals = (fetch_log.select(F.col("url_fp").alias("dup_of"), F.col("url").alias("_orig_url"))
+    originals = ((fetch_log if named_by is None else named_by)
+                 .select(F.col("url_fp").alias("dup_of"), F.col("url").alias("_orig_url"))
                  .join(fl.select("dup_of").where(F.col("dup_of").isNotNull()).distinct(), "dup_of", "left_semi")
                  .dropDuplicates(["dup_of"]))
     fl = fl.join(originals, "dup_of", "left").withColumn("_robots", F.lit(False))
@@ -197,6 +209,8 @@ def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None)
         fl = fl.unionByName(robots.withColumn("_orig_url", F.lit(None).cast("string"))
                             .withColumn("_robots", F.lit(True)))
     status = F.col("status_code")
+    refers_to = F.col("warc_refers_to") if "warc_refers_to" in fl.columns else F.lit(None)
+    revisit = (status == 304) | refers_to.isNotNull()
     subset = (F.when(F.col("_robots"), F.lit("robotstxt"))
               .when((status >= 200) & (status < 300), F.lit("warc")).otherwise(F.lit("crawldiagnostics")))
     cols = {
@@ -208,7 +222,8 @@ def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None)
         "fetch_status": status,
         "fetch_redirect": F.col("redirect_to"),
         "content_digest": F.regexp_replace(F.col("digest"), r"^sha1:", ""),
-        "content_mime_type": F.col("content_type"),
+        # a revisit record's, as Common Crawl's index and cdxj-indexer give it (a 304, or an identical payload)
+        "content_mime_type": F.when(revisit, F.lit(REVISIT_MIME)).otherwise(F.col("content_type")),
         "content_mime_detected": F.lit(None),
         "content_charset": F.col("charset"),
         "content_languages": F.lit(None),
@@ -231,80 +246,36 @@ def index_rows(fetch_log, *, crawl_id: str, warc_dir: str = "warc", robots=None)
                                else F.col(f.name)).alias(f.name) for f in schema.fields])
 
 
+#: The columns that place an index row in its file: (round, subset, k); the file's rows sorted by the rest.
+FILE_KEYS = ("_round", "_k", "subset")
+ROW_ORDER = ("url_surtkey", "fetch_time", "url")
+
+
 def sorted_for_write(rows, n_files: int):
-    """Range-partition by url_surtkey into ``n_files`` tasks, each sorted by (subset, url_surtkey,
-    fetch_time, url): what a writer partitioned by subset needs to emit files sorted by url_surtkey."""
+    """Rows with their file (``_round``, ``_k``: the k-th of ``n_files`` equal consecutive url_surtkey ranges
+    of the round's rows of a subset, by ``ntile``), each (round, subset) in one task, sorted by (file, url_surtkey,
+    fetch_time, url): what a writer partitioned by :data:`FILE_KEYS` needs to emit one file per key, sorted
+    by url_surtkey. A file's rows are a function of its round's rows alone (no sampling), so a round
+    exported again gives the same files."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     if n_files < 1:
         raise ConfigError(f"export.index_files must be >= 1, got {n_files}")
-    return (rows.repartitionByRange(n_files, "url_surtkey", "fetch_time")
-            .sortWithinPartitions("subset", "url_surtkey", "fetch_time", "url"))
+    # The window puts each (round, subset) in one task. ntile(1) rather than a literal 0: a constant
+    # sort key is dropped by the optimizer, and the writer then re-sorts by its partition columns alone.
+    ranges = Window.partitionBy("_round", "subset").orderBy(*ROW_ORDER)
+    return (rows.withColumn("_round", F.col("warc_segment").cast("long"))
+            .withColumn("_k", F.ntile(int(n_files)).over(ranges) - 1)
+            .sortWithinPartitions(*FILE_KEYS, *ROW_ORDER))
 
 
-# -- file work (driver) -------------------------------------------------------------------------------
-def place_warc_files(names: list[str], src_dir: str, dst_dir: str, *, hard_link: bool) -> dict[str, int]:
-    """Put each named WARC file of ``src_dir`` into ``dst_dir``: a hard link when allowed and possible
-    (same filesystem), else a byte copy. A named file missing from ``src_dir`` is an error."""
-    from jobs.warc_staging import filesystem
-    from pyarrow import fs as pafs
+# -- the job -----------------------------------------------------------------------------------------
+def _write_index(spark, rows, path: str, n_files: int) -> None:
+    """Write the rounds' ``rows`` (one crawl) under ``path/_round=<n>/_k=<k>/subset=<s>/``, one file each
+    (:func:`jobs.export_files.move_index_files` then names them and moves them into the crawl level).
 
-    os.makedirs(dst_dir, exist_ok=True)
-    src_fs, src_root = filesystem(src_dir)
-    local = isinstance(src_fs, pafs.LocalFileSystem)
-    linked = copied = nbytes = 0
-    for name in sorted(set(names)):
-        if "/" in name or name in ("", ".", ".."):
-            raise ValueError(f"unexpected WARC file name in fetch_log: {name!r}")
-        src, dst = f"{src_root}/{name}", os.path.join(dst_dir, name)
-        info = src_fs.get_file_info(src)
-        if info.type != pafs.FileType.File:
-            raise FileNotFoundError(f"fetch_log names WARC file {name}, which is not in {src_dir}")
-        nbytes += info.size
-        if local and hard_link:
-            try:
-                os.link(src, dst)
-                linked += 1
-                continue
-            except OSError:  # other filesystem (EXDEV), or links not supported: copy
-                pass
-        pafs.copy_files(src, dst, source_filesystem=src_fs, destination_filesystem=pafs.LocalFileSystem())
-        copied += 1
-    return {"warc_files": linked + copied, "warc_linked": linked, "warc_copied": copied, "warc_bytes": nbytes}
-
-
-def write_cdxj(export_dir: str, warc_dir: str, out_file: str, *, records: list[str]) -> int:
-    """A sorted CDXJ index of every WARC file in ``warc_dir`` (cdxj-indexer), file names relative to
-    ``export_dir``. Returns the number of lines."""
-    from cdxj_indexer.main import write_cdx_index
-
-    os.makedirs(os.path.dirname(out_file), exist_ok=True)
-    files = sorted(os.path.join(warc_dir, n) for n in os.listdir(warc_dir) if n.endswith(".warc.gz"))
-    if not files:
-        open(out_file, "w").close()
-        return 0
-    write_cdx_index(out_file, files, {"sort": True, "dir_root": export_dir, "records": ",".join(records)})
-    with open(out_file, "rb") as f:
-        return sum(1 for _ in f)
-
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.remove(path)
-
-
-def _tidy_spark_output(index_dir: str) -> None:
-    """Drop Spark's _SUCCESS markers and .crc side files: the index is the Parquet files alone."""
-    for root, _dirs, files in os.walk(index_dir):
-        for n in files:
-            if n.startswith(("_SUCCESS", ".")) and (n == "_SUCCESS" or n.endswith(".crc")):
-                os.remove(os.path.join(root, n))
-
-
-def _write_index(spark, rows, path: str, crawl_id: str) -> None:
-    """Write ``rows`` (one crawl, sorted by :func:`sorted_for_write`) under ``path/crawl=<crawl_id>/``.
-
-    The crawl level is a directory name written here, not a ``partitionBy`` column: the writer
+    The crawl level is a directory name, not a ``partitionBy`` column: the writer
     sorts by its partition columns unless the input's order starts with them, and the constant
     ``crawl`` column does not survive in the input's order (the optimizer drops constant sort
     keys), so ``partitionBy("crawl", "subset")`` re-sorted by those two alone and the files came
@@ -313,15 +284,22 @@ def _write_index(spark, rows, path: str, crawl_id: str) -> None:
     from jobs.common import session_conf
 
     with session_conf(spark, {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS"}):
-        target = f"{path}/crawl={crawl_id}"
-        rows.drop("crawl").write.mode("overwrite").partitionBy("subset").parquet(target)
+        (sorted_for_write(rows, n_files).drop("crawl").write.mode("overwrite").partitionBy(*FILE_KEYS)
+         .parquet(path))
 
 
 # -- the job -----------------------------------------------------------------------------------------
-def run(spark, conf: Config, out_dir: str) -> dict[str, int]:
-    """Export the whole crawl to ``out_dir`` (replacing an earlier export there). Returns counts."""
-    from pyspark.sql import functions as F
+def updated_rounds(spark, conf: Config) -> list[int]:
+    """The rounds the ledger has ``updated``, oldest first: their ``fetch_log`` rows are final."""
+    from jobs import ledger
 
+    return sorted(n for n, row in ledger.current(spark, conf).rows.items() if row["state"] == "updated")
+
+
+def run(spark, conf: Config, out_dir: str, *, full: bool = False) -> dict[str, int]:
+    """Export to ``out_dir`` the updated rounds it does not hold yet (all of them, into a fresh directory,
+    with ``full``, when ``out_dir`` holds no export manifest, or when ``export.crawl_id`` changed).
+    Returns counts of what this run wrote."""
     from jobs import common, export_record
 
     if "://" in out_dir:
@@ -330,37 +308,65 @@ def run(spark, conf: Config, out_dir: str) -> dict[str, int]:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", c.crawl_id):
         raise ConfigError(f"export.crawl_id must be a plain name (letters, digits, . _ -), got {c.crawl_id!r}")
     out_dir = os.path.abspath(out_dir)
-    tmp = os.path.join(out_dir, TMP_DIR)
-    _remove(tmp)
-    os.makedirs(tmp)
+    tmp = os.path.join(out_dir, export_files.TMP_DIR)
+    export_files.remove(tmp)  # a crashed run's leftovers
+    manifest = None if full else export_files.read_manifest(out_dir)
+    if manifest is not None and manifest.get("crawl_id") != c.crawl_id:
+        manifest = None  # every index row names the crawl: a new name is a new export
+    rebuild = manifest is None
+    target = tmp if rebuild else out_dir  # a rebuild is made aside and swapped in whole
+    done = [] if rebuild else [int(n) for n in manifest["rounds"]]
+    todo = [n for n in updated_rounds(spark, conf) if n not in done]
 
-    fetch_log = common.read(spark, conf, "fetch_log")
-    robots = robots_rows(common.read(spark, conf, "fetch_output"), fetch_log)
-    rows = index_rows(fetch_log, crawl_id=c.crawl_id, warc_dir="warc", robots=robots)
-    names = [r[0] for r in fetch_log.select("warc_filename").unionByName(robots.select("warc_filename"))
-             .where(F.col("warc_filename").isNotNull()).distinct().collect()]
-    counts = place_warc_files(names, common.warc_root(conf), os.path.join(tmp, "warc"), hard_link=c.hard_link)
+    counts = {"rounds_exported": len(todo), "full": int(rebuild), "index_rows": 0,
+              **{f"index_{s}": 0 for s in SUBSETS}, "warc_files": 0, "warc_linked": 0, "warc_copied": 0,
+              "warc_kept": 0, "warc_bytes": 0, "cdxj_lines": 0}
+    os.makedirs(os.path.join(target, "warc"), exist_ok=True)
+    os.makedirs(os.path.join(target, "index", f"crawl={c.crawl_id}"), exist_ok=True)
+    os.makedirs(os.path.join(target, "cdxj"), exist_ok=True)
+    if todo:
+        for k, v in _export_rounds(spark, conf, todo, target, os.path.join(tmp, "spark")).items():
+            counts[k] += v
+    export_files.write_manifest(target, c.crawl_id, done + todo)  # last: the rounds listed are whole
+    if rebuild:
+        for part in PARTS:  # swap in: the old output goes, the new one takes its place
+            export_files.remove(os.path.join(out_dir, part))
+            os.rename(os.path.join(target, part), os.path.join(out_dir, part))
+    export_files.remove(tmp)
+    export_record.write(common.root(conf), out_dir, c.crawl_id, counts)  # what `deltacrawl lookup` reads
+    return counts
 
-    # computed once: range partitioning samples its input, then the write reads it again
-    rows = rows.persist()
-    try:
-        _write_index(spark, sorted_for_write(rows, c.index_files), os.path.join(tmp, "index"), c.crawl_id)
-    finally:
-        rows.unpersist()
-    _tidy_spark_output(os.path.join(tmp, "index"))
-    by_subset = {}
-    if any(n.endswith(".parquet") for _r, _d, files in os.walk(os.path.join(tmp, "index")) for n in files):
-        by_subset = {r["subset"]: r["n"] for r in spark.read.parquet(os.path.join(tmp, "index"))
-                     .groupBy("subset").agg(F.count("*").alias("n")).collect()}
-    counts["cdxj_lines"] = write_cdxj(tmp, os.path.join(tmp, "warc"), os.path.join(tmp, "cdxj", CDXJ_FILE),
-                                      records=list(c.cdxj_records))
 
-    for part in PARTS:  # swap in: the old output goes, the new one takes its place
-        _remove(os.path.join(out_dir, part))
-        os.rename(os.path.join(tmp, part), os.path.join(out_dir, part))
-    _remove(tmp)
+def _export_rounds(spark, conf: Config, todo: list[int], target: str, scratch: str) -> dict[str, int]:
+    """Rounds ``todo`` into ``target``: their WARC files, then a CDXJ per round, then their index files
+    (written by one Spark job under ``scratch`` first, then moved). Returns counts."""
+    from pyspark.sql import functions as F
+
+    from jobs import common
+
+    c = conf.export
+    whole_log = common.read(spark, conf, "fetch_log")
+    fetch_log = whole_log.where(F.col("round").isin(todo))
+    robots = robots_rows(common.read(spark, conf, "fetch_output").where(F.col("round").isin(todo)), fetch_log)
+    files: dict[int, list[str]] = {n: [] for n in todo}
+    for r in (fetch_log.select("round", "warc_filename").unionByName(robots.select("round", "warc_filename"))
+              .where(F.col("warc_filename").isNotNull()).distinct().collect()):
+        files[int(r["round"])].append(r["warc_filename"])
+    counts = export_files.place_warc_files([n for names in files.values() for n in names], common.warc_root(conf),
+                                           os.path.join(target, "warc"), hard_link=c.hard_link)
+    counts["cdxj_lines"] = sum(
+        export_files.write_cdxj(target, files[n], os.path.join(target, "cdxj", export_files.cdxj_file_name(n)),
+                                records=list(c.cdxj_records)) for n in todo)
+    rows = index_rows(fetch_log, crawl_id=c.crawl_id, warc_dir="warc", robots=robots, named_by=whole_log)
+    _write_index(spark, rows, scratch, c.index_files)
+    by_subset: dict[str, int] = {}
+    for n in todo:
+        got = export_files.move_index_files(os.path.join(scratch, f"_round={n}"),
+                                            os.path.join(target, "index", f"crawl={c.crawl_id}"), n)
+        for s, rows in got.items():
+            by_subset[s] = by_subset.get(s, 0) + rows
+    export_files.remove(scratch)
     counts["index_rows"] = sum(by_subset.values())
     for s in SUBSETS:
         counts[f"index_{s}"] = by_subset.get(s, 0)
-    export_record.write(common.root(conf), out_dir, c.crawl_id, counts)  # what `deltacrawl lookup` reads
     return counts

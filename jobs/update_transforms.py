@@ -193,6 +193,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         plus_seconds(base, wait))
     changed = F.col(CHANGED)
     ok = cat == "ok"
+    full_copy = ok & F.col("warc_refers_to").isNull()
     redirect = cat.isin("redirect_perm", "redirect_temp", "bad_redirect")
     first_seen = F.coalesce(o("first_seen"), now_ts)
 
@@ -231,8 +232,9 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         "last_modified": F.when(ok, F.col("last_modified"))
                           .when(cat == "not_modified", F.coalesce(F.col("last_modified"), o("last_modified")))
                           .otherwise(o("last_modified")),
-        "warc_record_id": on(ok, F.col("warc_record_id"), "warc_record_id"),
-        "warc_fetch_time": on(ok, F.col("fetch_time"), "warc_fetch_time"),
+        # a revisit (a 304, or an ok row stored as an identical-payload revisit) keeps naming the full copy
+        "warc_record_id": on(full_copy, F.col("warc_record_id"), "warc_record_id"),
+        "warc_fetch_time": on(full_copy, F.col("fetch_time"), "warc_fetch_time"),
         "redirect_to": F.when(redirect, F.col("redirect_to")).when(keep | ~has_response, o("redirect_to")),
         "url": F.col("url"),
         "first_fetched": F.coalesce(o("first_fetched"), o("warc_fetch_time"), F.when(stored, F.col("fetch_time"))),

@@ -23,6 +23,10 @@ def _f(name: str, dtype, nullable: bool = True, comment: str = "") -> StructFiel
     return StructField(name, dtype, nullable, metadata={"comment": comment} if comment else {})
 
 
+#: fetch_output / fetch_log ``warc_refers_to``: set exactly for the revisit records of pages.
+REFERS_TO = ("a revisit record (304, or a 2xx payload identical to the stored copy's): WARC-Refers-To, the "
+             "record id of the full copy; null for a response record")
+
 CRAWLDB = StructType([
     _f("url_fp", LongType(), False, "xxhash64(url): the key (Spark SQL xxhash64, seed 42)"),
     _f("host", StringType(), False, "lower-case punycode host, no port"),
@@ -159,6 +163,8 @@ FETCH_LOG = StructType([
     _f("error_message", StringType(), True, ""),
     _f("url", StringType(), False, ""),
     _f("dup_of", LongType(), True, "url_fp of the original when update marked this capture a duplicate"),
+    # identical-payload revisits (crawl_udfs/warc.py); last, so `init` appends it to old tables
+    _f("warc_refers_to", StringType(), True, REFERS_TO),
 ])
 
 LINKS = StructType([
@@ -282,6 +288,8 @@ FETCH_OUTPUT = StructType([
     _f("sitemap_urls", ArrayType(StringType(), True), True,
        "host rows, robots.txt fetched in the round (sitemaps.enabled): the host's sitemaps to read, "
        "normalised (those robots.txt names on the host, then /sitemap.xml)"),
+    # identical-payload revisits (crawl_udfs/warc.py); last, so `init` appends it to old tables
+    _f("warc_refers_to", StringType(), True, REFERS_TO),
 ])
 
 #: The near-duplicate index (jobs/dedup_transforms.py): one row per (SimHash block key, original page),

@@ -29,9 +29,12 @@ def response(status=200, headers=(), body=b"", error_class=None) -> FetchRespons
                          "boom" if error_class else None)
 
 
-def item(hops=0) -> FetchItem:
-    return FetchItem(url=URL, url_fp=fingerprint(URL), host="a.test", redirect_hops=hops, prev_digest="sha1:OLD",
-                     prev_warc_record_id="<urn:old>", prev_fetch_time=1.0)
+SAME = payload_digest(b"same")  # the stored copy's payload digest in the CASES below: body b"same"
+
+
+def item(hops=0, prev_digest=SAME, prev_record="<urn:old>") -> FetchItem:
+    return FetchItem(url=URL, url_fp=fingerprint(URL), host="a.test", redirect_hops=hops, prev_digest=prev_digest,
+                     prev_warc_record_id=prev_record, prev_fetch_time=1.0)
 
 
 def loc(target: str):
@@ -46,7 +49,11 @@ CASES = [
      ("ok", None, None, Store.EXCHANGE, True)),
     ("ok_empty", response(204), 0, ("ok", None, None, Store.EXCHANGE, True)),
     ("not_modified", response(304), 0, ("not_modified", None, None, Store.REVISIT, False)),
+    # a 2xx payload equal to the stored copy's (item's prev_digest): an identical-payload revisit, still parsed
+    ("ok_same_payload", response(200, [("Content-Type", "text/html")], b"same"), 0,
+     ("ok", None, None, Store.IDENTICAL, True)),
     ("gone", response(404, body=b"no"), 0, ("http_error", None, None, Store.EXCHANGE, False)),
+    ("gone_same_payload", response(404, body=b"same"), 0, ("http_error", None, None, Store.EXCHANGE, False)),
     ("unavailable", response(503), 0, ("http_error", None, None, Store.EXCHANGE, False)),
     ("throttled", response(429), 0, ("http_error", None, None, Store.EXCHANGE, False)),
     ("redirect_301", response(301, loc("http://b.test/x")), 0,
@@ -78,12 +85,22 @@ def test_verdict(name, resp, hops, want):
         assert [(o.url, o.kind) for o in r.outlinks] == [(r.redirect_to, "redirect")]
     else:
         assert r.outlinks == []
-    if v.store is Store.EXCHANGE:
+    if v.store in (Store.EXCHANGE, Store.IDENTICAL):
         assert r.digest == payload_digest(resp.body) and r.content_length == len(resp.body)
     elif v.store is Store.REVISIT:
-        assert r.digest == "sha1:OLD"
+        assert r.digest == SAME
     else:
         assert r.digest is None and r.warc_filename is None
+
+
+def test_identical_payload_needs_the_stored_copys_record_and_the_rule_on():
+    """No record id to refer to (a copy stored before ids were kept), or the rule off: a full response."""
+    from dataclasses import replace
+    same = response(200, [], b"same")
+    assert classify(item(), same, RULES).store is Store.IDENTICAL
+    assert classify(item(prev_record=None), same, RULES).store is Store.EXCHANGE
+    assert classify(item(prev_digest=None), same, RULES).store is Store.EXCHANGE
+    assert classify(item(), same, replace(RULES, revisit_identical=False)).store is Store.EXCHANGE
 
 
 def test_headers_kept_are_the_configured_ones_lower_case_and_arrow_safe():
@@ -143,3 +160,48 @@ def test_robots_step(name, resp, hops, want):
     else:
         assert isinstance(step, RobotsDone) and step.status == want[1]
         assert step.body == (resp.body if want[2] else None)
+
+
+# -- the verdict applied (crawl_udfs.pages): which WARC record is written ------------------------------
+@pytest.mark.parametrize("status, body, profile, payload_digest", [
+    (200, b"same", "identical-payload-digest", SAME),   # the stored copy's payload again
+    (304, b"", "server-not-modified", None),
+])
+def test_page_work_writes_a_revisit_of_the_stored_copy(tmp_path, status, body, profile, payload_digest):
+    """A revisit record names the copy the fetch list carries (record id, URI, date), and the row says so
+    (``warc_refers_to``); the row of the 200 stays ``ok`` with its digest, parsed."""
+    import io
+
+    from warcio.archiveiterator import ArchiveIterator
+
+    from crawl_udfs.pages import PageWork
+    from crawl_udfs.url_normalize import CachedNormalizer
+    from crawl_udfs.warc import RollingWarcWriter
+
+    with RollingWarcWriter(str(tmp_path), CONF.warc, name_fn=lambda i: f"t-{i}.warc.gz") as w:
+        work = PageWork(CONF, RULES, CachedNormalizer(UrlNormalizer(CONF.url), 100), w, {})
+        it = item()
+        r = work._apply(classify(it, response(status, [("Content-Type", "text/html")], body), RULES), it,
+                        response(status, [("Content-Type", "text/html")], body))
+    assert (r.warc_refers_to, r.digest) == ("<urn:old>", SAME)
+    with open(tmp_path / r.warc_filename, "rb") as f:
+        f.seek(r.warc_offset)
+        rec = next(iter(ArchiveIterator(io.BytesIO(f.read(r.warc_length)))))
+    h = rec.rec_headers
+    assert rec.rec_type == "revisit" and h.get_header("WARC-Profile").endswith("/revisit/" + profile)
+    assert (h.get_header("WARC-Refers-To"), h.get_header("WARC-Refers-To-Target-URI")) == ("<urn:old>", URL)
+    assert (h.get_header("WARC-Refers-To-Date"), h.get_header("WARC-Payload-Digest")) == (
+        "1970-01-01T00:00:01.000Z", payload_digest)
+    assert rec.content_stream().read() == b""
+
+
+def test_page_work_writes_a_changed_payload_in_full(tmp_path):
+    from crawl_udfs.pages import PageWork
+    from crawl_udfs.url_normalize import CachedNormalizer
+    from crawl_udfs.warc import RollingWarcWriter
+
+    with RollingWarcWriter(str(tmp_path), CONF.warc, name_fn=lambda i: f"t-{i}.warc.gz") as w:
+        work = PageWork(CONF, RULES, CachedNormalizer(UrlNormalizer(CONF.url), 100), w, {})
+        resp = response(200, [("Content-Type", "text/html")], HTML)
+        r = work._apply(classify(item(), resp, RULES), item(), resp)
+    assert r.warc_refers_to is None and r.outcome == "ok" and r.outlinks

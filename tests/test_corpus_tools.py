@@ -19,7 +19,9 @@ exported with ``deltacrawl export``. Then, never with the code that wrote it:
 
 URLs are due again in the second round, so its conditional GETs of unchanged
 pages get 304s: server-not-modified revisit records, whose index rows carry
-the digest of the record they refer to. pywb replays such a revisit as the
+the digest of the record they refer to. Half the pages forget their validators
+before it, so their unchanged payloads come back as 200s: identical-payload
+revisit records, which pywb replays with the payload of the copy they refer to. pywb replays such a revisit as the
 304 it is, with no payload (its resolving loader answers any 3xx revisit from
 the revisit's own headers); the original stays replayable at its own time.
 """
@@ -39,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -106,7 +108,14 @@ def corpus(spark, tmp_path_factory):
         base = ["--conf", str(overlay)]
         assert cli.main(base + ["init"]) == 0
         assert cli.main(base + ["inject", str(seeds)]) == 0
-        assert cli.main(base + ["crawl", "--rounds", str(ROUNDS)]) == 0
+        assert cli.main(base + ["crawl", "--rounds", "1"]) == 0
+        # half the stored pages forget their validators: their round-2 GETs are unconditional, so an unchanged
+        # one comes back 200 with the same payload (an identical-payload revisit); the other half get 304s
+        from delta.tables import DeltaTable
+        DeltaTable.forPath(spark, common.table_path(config.load([overlay]), "crawldb")).update(
+            condition="pmod(url_fp, 2) = 0", set={"etag": "CAST(NULL AS STRING)",
+                                                   "last_modified": "CAST(NULL AS STRING)"})
+        assert cli.main(base + ["crawl", "--rounds", str(ROUNDS - 1)]) == 0
     out = d / "out"
     assert cli.main(base + ["export", "--out", str(out)]) == 0
     return out, config.load([overlay])
@@ -205,17 +214,21 @@ def test_readme_duckdb_query_runs(corpus):
 
 def test_every_row_points_at_its_record(corpus, index, payload_digests):
     """Each row's WARC pointer reads back, with warcio, as a record of the row's URL, status, payload
-    digest and fetch time (a 304's: a revisit referring to a stored response of that URL and digest);
-    the partition values agree with the status."""
+    digest and fetch time (a revisit's, mime ``warc/revisit``: a 304, or a 2xx whose payload is the stored
+    copy's, referring to a stored response of that URL and digest); the partition values agree with the status."""
     _out, conf = corpus
-    revisits = 0
+    revisits = Counter()
     for row, rec in index:
         where = f"{row['url']} -> {row['warc_filename']}@{row['warc_record_offset']}"
         assert rec.target_uri == row["url"], where
         assert rec.status == row["fetch_status"], where
-        if row["fetch_status"] == 304:
-            revisits += 1
-            assert rec.rec_type == "revisit" and rec.payload_digest is None, where  # as Heritrix writes them
+        if row["content_mime_type"] == export.REVISIT_MIME:
+            revisits[row["fetch_status"]] += 1
+            assert rec.rec_type == "revisit", where
+            if row["fetch_status"] == 304:
+                assert rec.payload_digest is None, where  # server-not-modified, as Heritrix writes them
+            else:  # identical-payload-digest
+                assert rec.payload_digest == "sha1:" + row["content_digest"], where
             assert payload_digests.get(rec.refers_to) == (row["url"], "sha1:" + row["content_digest"]), where
         else:
             assert rec.rec_type == "response", where
@@ -226,7 +239,8 @@ def test_every_row_points_at_its_record(corpus, index, payload_digests):
         robots = re.fullmatch(r"/robots[-\w]*\.txt", row["url_path"] or "")  # the test web's robots.txt and its hops
         assert row["subset"] == ("robotstxt" if robots else "warc" if 200 <= row["fetch_status"] < 300
                                  else "crawldiagnostics"), where
-    assert revisits, "the second round's conditional GETs got no 304"
+    assert revisits[304], "the second round's conditional GETs got no 304"
+    assert revisits[200], "the second round got no unchanged payload without a 304 (no identical-payload revisit)"
     assert any(row["subset"] == "robotstxt" for row, _rec in index), "no robots.txt response in the corpus"
 
 
@@ -245,6 +259,12 @@ def test_the_crawl_db_keeps_the_stored_copy_of_a_304(spark, corpus, index):
         # PySpark hands timestamps back as naive local times: compare instants
         assert db.last_fetch_time.timestamp() == row["fetch_time"].timestamp(), db.url
         assert db.fetch_count == 2 and db.unchanged_count == 1 and db.change_count == 0, db.url
+    # a 200 stored as an identical-payload revisit: the crawl DB still names the full copy it refers to
+    identical = {row["url"]: rec for row, rec in index if rec.rec_type == "revisit" and row["fetch_status"] != 304}
+    rows = crawldb.where(crawldb.url.isin(list(identical))).collect()
+    assert identical and len(rows) == len(identical)
+    for db in rows:
+        assert db.warc_record_id == identical[db.url].refers_to and db.http_status == 200, db.url
 
 
 # -- deltacrawl lookup ------------------------------------------------------------------------------
@@ -320,7 +340,8 @@ def wayback(corpus, pywb_bin, tmp_path_factory):
     (coll / "archive" / "warc").mkdir()
     for f in (out / "warc").iterdir():
         shutil.copyfile(f, coll / "archive" / "warc" / f.name)
-    shutil.copyfile(out / "cdxj" / export.CDXJ_FILE, coll / "indexes" / export.CDXJ_FILE)
+    for f in (out / "cdxj").glob("*.cdxj"):  # one per round: pywb merges the index files of a collection
+        shutil.copyfile(f, coll / "indexes" / f.name)
 
     port = free_loopback_port()
     log_path = root / "wayback.log"
@@ -362,11 +383,15 @@ def _pywb_error(body: bytes) -> str:
 
 def test_pywb_replays_every_record_from_our_cdxj(wayback, index):
     """``<14-digit fetch_time>id_/<url>`` for every index row: the row's status, the WARC record's
-    exact payload (none for a 304 revisit), Content-Type, Location and the capture of that second."""
+    exact payload (none for a 304 revisit; an identical-payload revisit's: the stored copy's it refers to),
+    Content-Type, Location and the capture of that second."""
     port, log_path = wayback
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     failures = []
+    stored = {(r["url"], r["content_digest"]): o.payload for r, o in index if o.rec_type == "response"}
     for row, rec in index:
+        if rec.rec_type == "revisit" and row["fetch_status"] != 304:
+            rec = replace(rec, payload=stored[(row["url"], row["content_digest"])])
         timestamp = row["fetch_time"].strftime("%Y%m%d%H%M%S")
         conn.request("GET", f"/{COLLECTION}/{timestamp}id_/{row['url']}")
         resp = conn.getresponse()
@@ -384,11 +409,12 @@ def test_pywb_replays_every_record_from_our_cdxj(wayback, index):
 
     statuses = Counter(row["fetch_status"] // 100 * 100 for row, _rec in index if row["fetch_status"] != 304)
     kinds = {"redirect": statuses[300], "revisit": sum(row["fetch_status"] == 304 for row, _rec in index),
+             "identical": sum(rec.rec_type == "revisit" and row["fetch_status"] != 304 for row, rec in index),
              "non-HTML": sum(not (rec.content_type or "").startswith("text/html") for _row, rec in index),
              "non-UTF-8": sum(row["content_charset"] not in (None, "utf-8") for row, _rec in index)}
     assert all(kinds.values()), f"the crawl lacks a kind of record this test claims to cover: {kinds}"
     note(f"corpus tools: DuckDB read {len(index)} index rows, each checked against its WARC record; "
          f"pywb replayed {len(index)} of {len(index)} from our CDXJ byte for byte "
-         f"({statuses[200]} 2xx, {kinds['redirect']} redirects, {kinds['revisit']} 304 revisits, "
+         f"({statuses[200]} 2xx, {kinds['redirect']} redirects, {kinds['revisit']} 304 revisits, {kinds['identical']} identical-payload revisits, "
          f"{kinds['non-HTML']} non-HTML, "
          f"{kinds['non-UTF-8']} non-UTF-8)")

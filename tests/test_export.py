@@ -26,8 +26,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawl_udfs import config, warc
 from crawl_udfs.url_normalize import fingerprint
-from jobs import cli, common, export, export_record, lookup, warc_staging
-from schemas.tables import FETCH_LOG, FETCH_OUTPUT
+from jobs import cli, common, export, export_files, export_record, ledger, lookup, warc_staging
+from schemas.tables import FETCH_LOG, FETCH_OUTPUT, ROUNDS
 from tests.summary import note
 
 pytestmark = pytest.mark.spark
@@ -35,7 +35,8 @@ pytestmark = pytest.mark.spark
 BIN = Path(sys.executable).parent
 T0 = 1_760_000_000.0  # epoch seconds of the first fetch
 
-# (round, url, status, body, extra fetch_log fields); round 2 re-fetches the first URL (304)
+# (round, url, status, body, extra fetch_log fields); round 2 re-fetches the first URL (304), round 3 again
+# (a 200 with the same payload: an identical-payload revisit); the ledger says rounds 1-2, then 1-4 are updated
 PAGES = [
     (1, "http://a.b.example.co.uk/x?b=2&a=1", 200, b"<html>same words here</html>", {"simhash": 123}),
     # update marked it a duplicate of the first (fetch_log.dup_of), and the index says so
@@ -46,6 +47,10 @@ PAGES = [
     (1, "http://www.example.com/missing", 404, b"not found", {}),
     (2, "http://a.b.example.co.uk/x?b=2&a=1", 304, b"", {}),
     (2, "http://www.example.com/new", 200, b"<html>new</html>", {"charset": "utf-8"}),
+    (3, "http://a.b.example.co.uk/x?b=2&a=1", 200, b"<html>same words here</html>", {"_identical": True}),
+    # a copy of a page only round 1 fetched: its duplicate_of names a URL of a round exported before
+    (4, "http://www.example.com/later", 200, b"<html>blog</html>" * 50,
+     {"dup_of": hash("http://foo.blogspot.com/p") & 0x7FFFFFFF}),
 ]
 DENIED = "http://www.example.com/private"  # robots_denied: a fetch_log row without a WARC record
 ROBOTS = "http://www.example.com/robots.txt"
@@ -65,12 +70,25 @@ def _log_row(round_no: int, url: str, **kw) -> dict:
     return row
 
 
-def _write_crawl(spark, conf: config.Config) -> list[dict]:
-    """WARC files and fetch_log rows as a 2-round crawl leaves them; returns the rows."""
+def _updated(spark, conf: config.Config, rounds) -> None:
+    """The round ledger says ``rounds`` are updated (what export reads to pick its rounds)."""
+    path = common.table_path(conf, "rounds")
+    if not os.path.isdir(path):
+        spark.createDataFrame([], ROUNDS).write.format("delta").save(path)
+    for n in rounds:
+        ledger.set_state(spark, conf, n, "updated")
+
+
+def _write_crawl(spark, conf: config.Config, pages=None, *, unlogged_robots: bool = True,
+                 updated: list[int] | None = None) -> list[dict]:
+    """WARC files and fetch_log rows as a crawl of ``pages`` (default :data:`PAGES`, 2 rounds) leaves them,
+    the ledger saying ``updated`` (default: every round) are updated; returns the rows. A page with
+    ``_identical`` in its extra fields is stored as an identical-payload revisit of the URL's first copy."""
+    pages = PAGES if pages is None else pages
     warc_dir = common.warc_root(conf)
     os.makedirs(warc_dir)
     rows, first, robots = [], {}, []
-    for round_no in (1, 2):
+    for round_no in sorted({p[0] for p in pages}):
         name_fn = lambda i, r=round_no: warc_staging.warc_name(conf.warc.prefix, r, 0, i)  # noqa: E731
         with warc.RollingWarcWriter(warc_dir, conf.warc, name_fn=name_fn, now_fn=lambda: T0) as w:
             if round_no == 1:  # robots.txt first, as a fetch task fetches it: a response record, a `robots` row
@@ -85,9 +103,11 @@ def _write_crawl(spark, conf: config.Config) -> list[dict]:
                                           content_length=len(ROBOTS_BODY), digest=warc.sha1_digest(ROBOTS_BODY),
                                           warc_filename=ptr.filename, warc_offset=ptr.offset,
                                           warc_length=ptr.length, warc_record_id=ptr.record_id))
-            for i, (r, url, status, body, extra) in enumerate(PAGES):
+            for i, (r, url, status, body, extra) in enumerate(pages):
                 if r != round_no:
                     continue
+                identical = extra.get("_identical", False)
+                extra = {k: v for k, v in extra.items() if not k.startswith("_")}
                 t = T0 + 60 * i
                 target = url.split("/", 3)[3] if url.count("/") >= 3 else ""
                 headers = [("Content-Type", "text/html; charset=utf-8")]
@@ -97,9 +117,11 @@ def _write_crawl(spark, conf: config.Config) -> list[dict]:
                                        request_target="/" + target, request_headers=[("Host", url.split("/")[2])],
                                        http_version="1.1", status=status, reason="X", response_headers=headers,
                                        body=body, truncated=extra.get("truncated"), fetch_duration_ms=5)
-                if status == 304:
-                    ptr = w.write_revisit(ex, refers_to=first[url][0], refers_to_uri=url, refers_to_date=first[url][1])
+                if status == 304 or identical:
                     digest = first[url][2]
+                    ptr = w.write_revisit(ex, refers_to=first[url][0], refers_to_uri=url, refers_to_date=first[url][1],
+                                          payload_digest=digest if identical else None)
+                    extra["warc_refers_to"] = first[url][0]
                 else:
                     digest = warc.sha1_digest(body)
                     ptr = w.write_exchange(ex, payload_digest=digest)
@@ -115,13 +137,16 @@ def _write_crawl(spark, conf: config.Config) -> list[dict]:
     Path(warc_dir, "deltacrawl-r000009-p00000-00000.warc.gz").write_bytes(b"junk")
     (spark.createDataFrame(rows, FETCH_LOG).write.format("delta").partitionBy("round")
      .save(common.table_path(conf, "fetch_log")))
-    # fetch_output: a page row (never indexed from here) and a robots row of round 3, which update has not
+    # fetch_output: a page row (never indexed from here) and a robots row of round 5, which update has not
     # logged yet (its WARC file is not even promoted): neither is exported
-    robots += [_output_row(1, "page", "www.example.com", url="http://www.example.com/", status_code=200,
-                           warc_filename="deltacrawl-r000001-p00000-00000.warc.gz", warc_offset=0, warc_length=1),
-               _output_row(3, "robots", "www.example.com", url=ROBOTS, status_code=200,
-                           warc_filename="deltacrawl-r000003-p00000-00000.warc.gz", warc_offset=0, warc_length=1)]
+    robots.append(_output_row(1, "page", "www.example.com", url="http://www.example.com/", status_code=200,
+                              warc_filename="deltacrawl-r000001-p00000-00000.warc.gz", warc_offset=0, warc_length=1))
+    if unlogged_robots:
+        robots.append(_output_row(5, "robots", "www.example.com", url=ROBOTS, status_code=200,
+                                  warc_filename="deltacrawl-r000005-p00000-00000.warc.gz", warc_offset=0,
+                                  warc_length=1))
     _write_fetch_output(spark, conf, robots)
+    _updated(spark, conf, sorted({r["round"] for r in rows}) if updated is None else updated)
     return rows
 
 
@@ -138,14 +163,22 @@ def _write_fetch_output(spark, conf: config.Config, rows: list[dict]) -> None:
 
 @pytest.fixture(scope="module")
 def exported(spark, tmp_path_factory):
+    """The crawl exported incrementally to ``inc`` (after round 2, then after round 4, then once more), and
+    at once to ``out`` (after round 4: what most tests read)."""
     d = tmp_path_factory.mktemp("export")
     conf = _conf(d / "crawl")
-    rows = _write_crawl(spark, conf)
-    out = d / "out"
+    rows = _write_crawl(spark, conf, updated=[1, 2])
+    inc, out = d / "inc", d / "out"
+    steps = [export.run(spark, conf, str(inc))]
+    stamps = _stamps(inc)
+    _updated(spark, conf, [3, 4])
+    steps += [export.run(spark, conf, str(inc)), export.run(spark, conf, str(inc))]
+    incremental = {"steps": steps, "stamps": stamps, "after": _stamps(inc), "files": _files(inc)}
     counts = export.run(spark, conf, str(out))
     first = _snapshot(out)
     inodes = {p.name: p.stat().st_ino for p in (out / "warc").iterdir()}
-    yield {"conf": conf, "rows": rows, "out": out, "counts": counts, "first": first, "inodes": inodes, "dir": d}
+    yield {"conf": conf, "rows": rows, "out": out, "counts": counts, "first": first, "inodes": inodes, "dir": d,
+           "files": _files(out), "incremental": incremental}
 
 
 def _index_files(out: Path) -> list[Path]:
@@ -162,10 +195,25 @@ def _index(out: Path) -> list[dict]:
     return result
 
 
+def _cdxj_files(out: Path) -> list[Path]:
+    return sorted((out / "cdxj").glob("*.cdxj"))
+
+
 def _snapshot(out: Path) -> tuple:
     rows = sorted(json.dumps(r, default=str, sort_keys=True) for r in _index(out))
     warcs = sorted(p.name for p in (out / "warc").iterdir())
-    return rows, warcs, (out / "cdxj" / export.CDXJ_FILE).read_text()
+    return rows, warcs, [(p.name, p.read_text()) for p in _cdxj_files(out)]
+
+
+def _stamps(out: Path) -> dict:
+    return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.rglob("*")
+            if p.is_file() and p.name != export_files.MANIFEST}
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    """Every file of an export (what it owns in DIR), by path relative to DIR: bytes compared."""
+    return {str(p.relative_to(out)): p.read_bytes() for part in export.PARTS for p in
+            ([out / part] if (out / part).is_file() else sorted((out / part).rglob("*"))) if p.is_file()}
 
 
 # -- pure: URL parts -------------------------------------------------------------------------------
@@ -212,16 +260,20 @@ def test_public_suffix_list_needs_no_network(monkeypatch):
 # -- the export -------------------------------------------------------------------------------------
 def test_layout_and_counts(exported):
     out, counts = exported["out"], exported["counts"]
-    assert sorted(p.name for p in out.iterdir()) == ["cdxj", "index", "warc"]
+    assert sorted(p.name for p in out.iterdir()) == ["cdxj", "export.json", "index", "warc"]
+    assert json.loads((out / "export.json").read_text()) == {"crawl_id": "deltacrawl", "rounds": [1, 2, 3, 4]}
+    assert [p.name for p in _cdxj_files(out)] == [f"round-00000{n}.cdxj" for n in (1, 2, 3, 4)]
+    assert {f.name for f in _index_files(out)} == {f"part-r00000{n}-00000.parquet" for n in (1, 2, 3, 4)}
+    assert counts["rounds_exported"] == 4 and counts["full"] == 1
     assert sorted(p.name for p in (out / "warc").iterdir()) == [
-        "deltacrawl-r000001-p00000-00000.warc.gz", "deltacrawl-r000002-p00000-00000.warc.gz"]
+        f"deltacrawl-r00000{n}-p00000-00000.warc.gz" for n in (1, 2, 3, 4)]
     parts = sorted(str(f.parent.relative_to(out / "index")) for f in _index_files(out))
     assert sorted(set(parts)) == ["crawl=deltacrawl/subset=crawldiagnostics", "crawl=deltacrawl/subset=robotstxt",
                                   "crawl=deltacrawl/subset=warc"]
     assert not [p for p in (out / "index").rglob("*") if p.is_file() and p.suffix != ".parquet"]
-    assert counts["index_rows"] == len(PAGES) + 1 and counts["index_warc"] == 4
-    assert counts["index_crawldiagnostics"] == 3 and counts["index_robotstxt"] == 1  # round 3's is not logged yet
-    assert counts["warc_files"] == 2 and counts["warc_linked"] == 2
+    assert counts["index_rows"] == len(PAGES) + 1 and counts["index_warc"] == 6
+    assert counts["index_crawldiagnostics"] == 3 and counts["index_robotstxt"] == 1  # round 5's is not logged yet
+    assert counts["warc_files"] == 4 and counts["warc_linked"] == 4
     assert counts["cdxj_lines"] == len(PAGES) + 1
 
 
@@ -242,14 +294,19 @@ def test_parquet_types_are_common_crawls(exported):
 
 
 def test_rows_sorted_by_surt_key_in_every_file(exported):
+    sizes = []
     for f in _index_files(exported["out"]):
         keys = pq.read_table(f, columns=["url_surtkey"]).column(0).to_pylist()
-        assert keys == sorted(keys) and len(keys) >= (1 if "subset=robotstxt" in str(f) else 3)
+        assert keys == sorted(keys) and keys
+        sizes.append(len(keys))
+    assert max(sizes) == 3  # round 1's 2xx
 
 
 def test_row_values(exported):
     rows = _index(exported["out"])
-    by = {(r["url"], r["fetch_status"]): r for r in rows}
+    by = {}
+    for r in sorted(rows, key=lambda r: r["fetch_time"]):
+        by.setdefault((r["url"], r["fetch_status"]), r)  # the first capture
     assert DENIED not in {r["url"] for r in rows}
     orig = by[("http://a.b.example.co.uk/x?b=2&a=1", 200)]
     assert orig["subset"] == "warc" and orig["crawl"] == "deltacrawl" and orig["warc_segment"] == "1"
@@ -267,7 +324,13 @@ def test_row_values(exported):
     revisit = by[("http://a.b.example.co.uk/x?b=2&a=1", 304)]
     assert revisit["subset"] == "crawldiagnostics" and revisit["warc_segment"] == "2"
     assert revisit["duplicate_of"] is None and revisit["content_digest"] == orig["content_digest"]
+    assert (revisit["content_mime_type"], orig["content_mime_type"]) == ("warc/revisit", "text/html")
+    # round 3's 200 with the same payload: an identical-payload revisit, in the warc subset as a 2xx
+    identical = next(r for r in rows if r["warc_segment"] == "3")
+    assert (identical["url"], identical["fetch_status"], identical["subset"]) == (orig["url"], 200, "warc")
+    assert (identical["content_mime_type"], identical["content_digest"]) == ("warc/revisit", orig["content_digest"])
     assert by[("http://www.example.com/new", 200)]["content_charset"] == "utf-8"
+    assert by[("http://www.example.com/later", 200)]["duplicate_of"] == "http://foo.blogspot.com/p"  # round 1's
     assert all(r["warc_filename"].startswith("warc/") for r in rows)
     robots = by[(ROBOTS, 200)]
     assert (robots["subset"], robots["warc_segment"], robots["content_mime_type"]) == ("robotstxt", "1", "text/plain")
@@ -287,9 +350,9 @@ def test_every_index_row_reads_back_from_the_exported_warc(exported):
         assert len(recs) == 1
         rec = recs[0]
         assert rec.rec_headers.get_header("WARC-Target-URI") == r["url"]
-        assert rec.rec_type == ("revisit" if r["fetch_status"] == 304 else "response")
+        assert rec.rec_type == ("revisit" if r["content_mime_type"] == export.REVISIT_MIME else "response")
         assert int(rec.http_headers.get_statuscode()) == r["fetch_status"]
-        if rec.rec_type == "response":
+        if r["fetch_status"] != 304:  # a response, or an identical-payload revisit: the payload's digest
             assert rec.rec_headers.get_header("WARC-Payload-Digest") == "sha1:" + r["content_digest"]
 
 
@@ -302,23 +365,25 @@ def test_warcio_check_passes_on_exported_files(exported):
 
 def test_cdxj_points_at_the_same_records(exported):
     out = exported["out"]
-    lines = (out / "cdxj" / export.CDXJ_FILE).read_text().splitlines()
-    keys, pointers = [], set()
-    for line in lines:
-        key, ts, js = line.split(" ", 2)
-        rec = json.loads(js)
-        assert (out / rec["filename"]).is_file() and rec["filename"].startswith("warc/")
-        assert key == surt.surt(rec["url"]) and len(ts) == 14
-        keys.append((key, ts))
-        pointers.add((rec["filename"], int(rec["offset"]), int(rec["length"])))
-    assert keys == sorted(keys)
+    pointers = set()
+    for f in _cdxj_files(out):  # one per round, each sorted (pywb merges a collection's index files)
+        keys = []
+        for line in f.read_text().splitlines():
+            key, ts, js = line.split(" ", 2)
+            rec = json.loads(js)
+            assert (out / rec["filename"]).is_file() and rec["filename"].startswith("warc/")
+            assert rec["filename"].startswith(f"warc/deltacrawl-r{f.name[len('round-'):-len('.cdxj')]}-")
+            assert key == surt.surt(rec["url"]) and len(ts) == 14
+            keys.append((key, ts))
+            pointers.add((rec["filename"], int(rec["offset"]), int(rec["length"])))
+        assert keys and keys == sorted(keys)
     index = {(r["warc_filename"], r["warc_record_offset"], r["warc_record_length"]) for r in _index(out)}
     assert pointers == index
 
 
 def test_rerun_replaces_output_cleanly(spark, exported):
-    """A second export to the same DIR (through the CLI, copying this time) gives the same output,
-    drops what the first left that the second would not write, and leaves other files in DIR alone."""
+    """A second export to the same DIR with ``--full`` (through the CLI, copying this time) gives the same
+    output, drops what the first left that the second would not write, and leaves other files in DIR alone."""
     out, d = exported["out"], exported["dir"]
     (out / "index" / "crawl=deltacrawl" / "subset=warc" / "stale.parquet").write_bytes(b"old")
     (out / "warc" / "stale.warc.gz").write_bytes(b"old")
@@ -326,17 +391,33 @@ def test_rerun_replaces_output_cleanly(spark, exported):
     (out / "README.txt").write_text("mine")
     overlay = d / "export.toml"
     overlay.write_text(f'[storage]\nroot = "{d / "crawl"}"\n[export]\nhard_link = false\nindex_files = 2\n')
-    assert cli.main(["--conf", str(overlay), "export", "--out", str(out)]) == 0
+    assert cli.main(["--conf", str(overlay), "export", "--out", str(out), "--full"]) == 0
     assert _snapshot(out) == exported["first"]
-    for subset in ("warc", "crawldiagnostics"):  # files of a subset are consecutive url_surtkey ranges
-        files = sorted((out / "index" / "crawl=deltacrawl" / f"subset={subset}").glob("*.parquet"))
-        assert 1 <= len(files) <= 2
-        keys = [k for f in files for k in pq.read_table(f, columns=["url_surtkey"]).column(0).to_pylist()]
-        assert keys == sorted(keys)
-    assert sorted(p.name for p in out.iterdir()) == ["README.txt", "cdxj", "index", "warc"]
+    files = sorted((out / "index" / "crawl=deltacrawl" / "subset=warc").glob("part-r000001-*.parquet"))
+    assert [f.name for f in files] == [export_files.index_file_name(1, k) for k in range(len(files))]
+    assert 1 <= len(files) <= 2
+    # a round's files of a subset are consecutive url_surtkey ranges
+    keys = [k for f in files for k in pq.read_table(f, columns=["url_surtkey"]).column(0).to_pylist()]
+    assert keys == sorted(keys) and len(keys) == 3
+    assert sorted(p.name for p in out.iterdir()) == ["README.txt", "cdxj", "export.json", "index", "warc"]
     for p in (out / "warc").iterdir():  # copies now, not links to storage.root's files
         assert p.stat().st_ino != exported["inodes"][p.name]
         assert p.read_bytes() == Path(common.warc_root(exported["conf"]), p.name).read_bytes()
+
+
+def test_export_after_round_2_then_4_is_the_export_after_round_4(exported):
+    """Incremental: the second export writes rounds 3 and 4 only (the files of rounds 1 and 2 untouched), a
+    third writes nothing, and the result is one export after round 4 byte for byte: index files (rows),
+    CDXJ (lines), WARC files (records) and manifest."""
+    inc = exported["incremental"]
+    first, second, third = inc["steps"]
+    assert (first["rounds_exported"], first["full"], first["index_rows"]) == (2, 1, 8)  # 7 pages + robots.txt
+    assert (second["rounds_exported"], second["full"], second["index_rows"], second["warc_files"]) == (2, 0, 2, 2)
+    assert (third["rounds_exported"], third["index_rows"], third["warc_files"]) == (0, 0, 0)
+    assert {p: v for p, v in inc["after"].items() if p in inc["stamps"]} == inc["stamps"]
+    assert len(inc["after"]) > len(inc["stamps"])
+    assert sorted(inc["files"]) == sorted(exported["files"])
+    assert inc["files"] == exported["files"]
 
 
 def test_missing_warc_file_is_an_error(spark, tmp_path):
@@ -346,6 +427,7 @@ def test_missing_warc_file_is_an_error(spark, tmp_path):
                    warc_length=10, fetch_time=dt.datetime(2025, 1, 1))
     spark.createDataFrame([row], FETCH_LOG).write.format("delta").save(common.table_path(conf, "fetch_log"))
     _write_fetch_output(spark, conf, [])
+    _updated(spark, conf, [1])
     with pytest.raises(FileNotFoundError, match="gone.warc.gz"):
         export.run(spark, conf, str(tmp_path / "out"))
 
@@ -356,10 +438,11 @@ def test_nothing_stored_exports_empty_output(spark, tmp_path):
     row = _log_row(1, DENIED, outcome="robots_denied", error_class="robots_denied")
     spark.createDataFrame([row], FETCH_LOG).write.format("delta").save(common.table_path(conf, "fetch_log"))
     _write_fetch_output(spark, conf, [])
+    _updated(spark, conf, [1])
     counts = export.run(spark, conf, str(tmp_path / "out"))
     assert counts["index_rows"] == 0 and counts["warc_files"] == 0 and counts["cdxj_lines"] == 0
     assert list((tmp_path / "out" / "warc").iterdir()) == [] and _index_files(tmp_path / "out") == []
-    assert (tmp_path / "out" / "cdxj" / export.CDXJ_FILE).read_text() == ""
+    assert [(p.name, p.read_text()) for p in _cdxj_files(tmp_path / "out")] == [("round-000001.cdxj", "")]
 
 
 def test_index_and_crawl_db_agree_on_the_original(spark):
@@ -395,8 +478,9 @@ def _lookup(conf, url: str, **kw) -> tuple[int, bytes, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
-def _row(exported, url: str, status: int) -> dict:
-    return next(r for r in exported["rows"] if r["url"] == url and r["status_code"] == status)
+def _row(exported, url: str, status: int, round_no: int = 1) -> dict:
+    return next(r for r in exported["rows"] if r["url"] == url and r["status_code"] == status
+                and r["round"] == round_no)
 
 
 def test_export_records_where_it_wrote(exported):
@@ -404,17 +488,17 @@ def test_export_records_where_it_wrote(exported):
 
 
 def test_lookup_normalises_and_lists_every_capture(exported):
-    """Both captures of the first URL, asked for in a form the crawl DB would not key (case, default port,
+    """The three captures of the first URL, asked for in a form the crawl DB would not key (case, default port,
     fragment), oldest first, each with the record's date, status, digest and WARC pointer."""
     url = PAGES[0][1]
     rc, out, err = _lookup(exported["conf"], "HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top")
     assert rc == 0 and err == ""
     lines = out.decode().splitlines()
-    assert lines[0] == f"{url} (normalised from HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top): 2 capture(s) in " \
+    assert lines[0] == f"{url} (normalised from HTTP://A.B.Example.CO.UK:80/x?b=2&a=1#top): 3 capture(s) in " \
                        f"{exported['out']}"
     want = []
-    for status, subset, rnd in ((200, "warc", 1), (304, "crawldiagnostics", 2)):
-        r = _row(exported, url, status)
+    for status, subset, rnd in ((200, "warc", 1), (304, "crawldiagnostics", 2), (200, "warc", 3)):
+        r = _row(exported, url, status, rnd)
         when = warc.warc_date(r["fetch_time"].replace(tzinfo=dt.timezone.utc).timestamp())
         want.append(f"{when} {status} {r['digest']} warc/{r['warc_filename']} offset={r['warc_offset']} "
                     f"length={r['warc_length']} subset={subset} round={rnd}")
@@ -427,7 +511,8 @@ def test_lookup_shows_duplicate_of(exported):
 
 
 def test_lookup_payload_of_a_response_and_of_a_revisit(exported):
-    """--payload: a response's stored payload; a 304 revisit stores none, so the original's it refers to."""
+    """--payload: a response's stored payload; a revisit (the 304 of round 2, the identical payload of round 3)
+    stores none, so the original's it refers to (the crawl DB named it to both)."""
     url, body = PAGES[0][1], PAGES[0][3]
     rc, out, _err = _lookup(exported["conf"], url, with_payload=True)
     first = warc.warc_date(_row(exported, url, 200)["fetch_time"].replace(tzinfo=dt.timezone.utc).timestamp())
@@ -435,7 +520,7 @@ def test_lookup_payload_of_a_response_and_of_a_revisit(exported):
     assert rc == 0
     assert text.count(f"--- payload: {len(body)} bytes ---\n{body.decode()}\n--- end of payload ---") == 1
     assert text.count(f"--- payload: {len(body)} bytes, of the record of {first} it refers to ---\n"
-                      f"{body.decode()}\n--- end of payload ---") == 1
+                      f"{body.decode()}\n--- end of payload ---") == 2
 
 
 def test_lookup_of_an_unknown_url_is_one_line_and_exit_1(exported):

@@ -117,6 +117,13 @@ TRANSITIONS = [
      dict(status="not_modified", fetch_count=2, unchanged_count=1, change_count=0, digest="sha1:N",
           warc_record_id="<urn:orig>", warc_fetch_time=FIRST, etag='"e2"', last_modified="Tue",
           content_type="text/html", http_status=304, next_fetch_time=T0 + sec(86400))),
+    # a 200 stored as an identical-payload revisit: fetched and unchanged, but the crawl DB keeps naming the
+    # full copy (the next revisit refers to it, and lookup follows it there)
+    ("ok_identical_payload", dict(outcome="ok", status_code=200, digest="sha1:N", warc_record_id="<urn:revisit>",
+                                  warc_refers_to="<urn:orig>", etag='"e2"'),
+     dict(status="fetched", digest="sha1:N", warc_record_id="<urn:orig>", warc_fetch_time=FIRST, fetch_count=1),
+     dict(status="fetched", fetch_count=2, unchanged_count=1, change_count=0, digest="sha1:N",
+          warc_record_id="<urn:orig>", warc_fetch_time=FIRST, etag='"e2"', http_status=200)),
     ("redirect_301", dict(outcome="redirect", status_code=301, redirect_to="https://t.test/a"), {},
      dict(status="redirect_perm", redirect_to="https://t.test/a", fetch_count=1, retries=0,
           fetch_interval_s=500000.0, next_fetch_time=T0 + sec(500000))),

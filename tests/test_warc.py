@@ -326,6 +326,31 @@ def test_revisit_refers_to_date_equals_original_warc_date_and_optional_fields():
     assert revisits[1][0].get_header("WARC-Refers-To-Target-URI") == "http://example.com/old"
 
 
+def test_identical_payload_revisit_keeps_headers_and_the_payload_digest():
+    """WARC 1.1 §6.7.2: profile identical-payload-digest, the full copy's digest, no payload; the HTTP headers
+    as the response record stores them (framing hidden, the payload's true Content-Length), read by warcio."""
+    buf = io.BytesIO()
+    w = _writer(buf)
+    w.write_warcinfo("t.warc.gz")
+    body = b"<html>unchanged</html>"
+    first = w.write_exchange(_exchange(body=body, fetch_time=1712345678.5))
+    again = _exchange(body=body, fetch_time=1712999999.0,
+                      response_headers=[("Content-Type", "text/html"), ("Content-Encoding", "gzip")])
+    span = w.write_revisit(again, refers_to=first.record_id, refers_to_uri=URL, refers_to_date=1712345678.5,
+                           payload_digest=_sha1(body))
+    rec = next(iter(ArchiveIterator(io.BytesIO(buf.getvalue()[span.offset:span.offset + span.length]),
+                                    check_digests=True)))
+    h = rec.rec_headers
+    assert rec.rec_type == "revisit" and h.get_header("WARC-Profile") == warc.REVISIT_IDENTICAL
+    assert (h.get_header("WARC-Payload-Digest"), h.get_header("WARC-Refers-To")) == (_sha1(body), first.record_id)
+    assert (h.get_header("WARC-Refers-To-Target-URI"), h.get_header("WARC-Refers-To-Date")) == (
+        URL, "2024-04-05T19:34:38.500Z")
+    assert rec.http_headers.get_statuscode() == "200"
+    assert rec.http_headers.get_header("Content-Length") == str(len(body))
+    assert rec.http_headers.get_header("X-Crawler-Content-Encoding") == "gzip"
+    assert rec.content_stream().read() == b""
+
+
 def test_truncated_record():
     buf = io.BytesIO()
     w = _writer(buf)
