@@ -252,7 +252,8 @@ def pipelined(meter: Meter, spark, conf, args, now: dt.datetime) -> list[dict]:
             g = generate.run(spark, conf, now=now, row=row, pipeline=True, ahead=ahead)
         with meter.step("UPDATE"):
             u = update.run(spark, conf, round_no=row["round"], row=row, now=fetched_at)
-        results.append({"round": row["round"], "new_urls": u["new_urls"], "next_generated": g["generated"]})
+        results.append({"round": row["round"], "new_urls": u["new_urls"], "next_generated": g["generated"],
+                        "listed_ahead": g.get("listed_ahead")})
         ahead = staged_ahead(g) if i + 1 < args.repeat else None
         with meter.step(f"synthetic fetch ({g['generated']:,} URLs)"):
             row, fetched_at = synthetic_fetch(spark, conf, g["round"], args.links, g["row"], now), now

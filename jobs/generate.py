@@ -260,7 +260,7 @@ def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: boo
         static = common.session_conf(spark, common.STATIC_PLANS) if pending else contextlib.nullcontext()
         n, n_partitions = st.round, fetch_partitions(spark, conf)
         with static:  # a pipelined round's plans read staged and small inputs (see common.STATIC_PLANS)
-            agg = _write_list(spark, conf, n, now, pending, ahead)
+            agg, listed_ahead = _write_list(spark, conf, n, now, pending, ahead)
         if agg.n == 0:
             return {"round": None, "generated": 0}
     counts = counters.checked("generate", {"generated": agg.n, "generated_discovery": agg.d,
@@ -268,23 +268,24 @@ def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: boo
     written = ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds},
                                old=st.row, n_partitions=n_partitions)
     return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts, "row": written,
-            "pending": pending}
+            "pending": pending, "listed_ahead": listed_ahead}
 
 
 def _write_list(spark, conf: Config, n: int, now, pending: dict | None, ahead=None):
     """Select round ``n``'s fetch list (beside round ``pending`` when pipelined, from ``ahead``'s
     staged rows when usable), write it unless it is empty; returns its counts (``n``, ``d``
-    discovery, ``h`` hosts)."""
+    discovery, ``h`` hosts) and whether ``ahead`` was used."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    used = False
     if pending is None:
         crawldb = common.read(spark, conf, "crawldb")
         common.read(spark, conf, "fetch_list")  # fail early, with the one-line error, if it is missing
     else:  # the pending round's rows read once (each Delta read is a snapshot's jobs)
         fetch_list, fetch_output = (_round_rows(spark, conf, t, pending) for t in ("fetch_list", "fetch_output"))
-        crawldb, known = (list_ahead.read(spark, ahead) if list_ahead.usable(spark, conf, ahead, pending)
-                          else (common.read(spark, conf, "crawldb"),) * 2)
+        used = list_ahead.usable(spark, conf, ahead, pending)
+        crawldb, known = list_ahead.read(spark, ahead) if used else (common.read(spark, conf, "crawldb"),) * 2
         crawldb = _pending_crawldb(spark, conf, crawldb, known, fetch_list, fetch_output, pending, now)
     resolve.run(spark, conf, now=now, crawldb=crawldb)
     hosts = common.read(spark, conf, "hosts")
@@ -304,7 +305,7 @@ def _write_list(spark, conf: Config, n: int, now, pending: dict | None, ahead=No
             faults.point("generate.after_write")
     finally:
         selected.unpersist()
-    return agg
+    return agg, used
 
 
 def _round_rows(spark, conf: Config, name: str, row: dict):

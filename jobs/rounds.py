@@ -72,6 +72,8 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
                     merging = pool.submit(_beside, side, conf, p, t0.get(p["round"]) if p else None, fetching)
                 row = g["row"]
                 t0.setdefault(row["round"], start)
+                if g.get("listed_ahead"):
+                    print(f"round {g['round']}: listed from the inputs staged beside the last fetch", file=out)
                 if g["resumed"]:
                     print(f"round {g['round']}: resuming from state {row['state']}", file=out)
                 row = fetch.run(spark, conf, row=row)["row"]

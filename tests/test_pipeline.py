@@ -64,6 +64,11 @@ def test_update_of_a_round_runs_beside_the_next_fetch(spark, crawled):
         assert rows[n + 1]["generated_at"] < rows[n]["updated_at"]
     gaps = [(rows[n + 1]["fetch_started_at"] - rows[n]["fetched_at"]).total_seconds() for n in range(1, ROUNDS)]
     note(f"pipelined rounds: seconds from round N fetched to round N+1 fetching: {[round(g, 1) for g in gaps]}")
+    # round 2's list inputs were staged beside fetch 1 (generate.list_ahead, on by default with the pipeline)
+    from pathlib import Path
+
+    from jobs import list_ahead
+    assert Path(list_ahead.ahead_dir(conf, 2), "candidates").is_dir()
 
 
 def test_next_round_fetches_what_the_previous_one_found_once_and_politely(spark, crawled):
