@@ -17,6 +17,9 @@ One run, one process, ``local[2]`` (the embedded default on this machine):
 5. **update** of round 1, then (``--repeat``) the same again for round 2
    (generate picks the new URLs round 1 discovered), so the second figures
    are those of a warm JVM.
+   With ``--pipeline``, round N+1 is generated beside round N as ``deltacrawl crawl`` does under
+   ``generate.pipeline``: the step between two fetches; ``AHEAD`` is what ``generate.list_ahead``
+   stages beside fetch N for it (``jobs/list_ahead.py``).
 6. **ledger mirror flush**: the ``rounds`` table brought up to the ledger's
    records (one MERGE of the round's row), what a writing command pays once
    before it exits (``jobs/ledger_mirror.py``); outside generate and update.
