@@ -16,7 +16,11 @@ in the seconds generate takes, instead of generate plus update (bench/RESULTS.md
 "Pipelined rounds"). At most one round is fetched and not merged; rounds are
 merged in order (``jobs.ledger.step``), and a crawl that stopped with two rounds
 open merges the older one before it resumes the newer. Embedded, the update's
-jobs run on ``spark.local_spare_slots`` task slots beside the fetch tasks.
+jobs run on ``spark.local_spare_slots`` task slots beside the fetch tasks. With
+``generate.list_ahead`` the same thread then stages, from the crawl DB as that update left it,
+the part of the next round's list that does not depend on the round being fetched
+(:mod:`jobs.list_ahead`), so the generate between two fetches reads files of the round's size
+instead of the crawl DB.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
     # when N = 1); one by one, generate hands it back and the loop finishes it as its first round
     done, started = 0, int(pipeline and row is not None and row["state"] == "fetched")
     t0: dict[int, float] = {}
-    merging: Future | None = None  # update of the previous round, beside this round's fetch
+    merging: Future | None = None  # beside this round's fetch: the previous round's update, the next list's inputs
     ahead = None  # the next round's inputs staged beside this round's fetch (jobs/list_ahead.py)
     side = spark.newSession() if pipeline else None  # its own SQL settings: update's are not fetch's
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltacrawl-update") as pool:
