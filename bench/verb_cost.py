@@ -17,6 +17,9 @@ One run, one process, ``local[2]`` (the embedded default on this machine):
 5. **update** of round 1, then (``--repeat``) the same again for round 2
    (generate picks the new URLs round 1 discovered), so the second figures
    are those of a warm JVM.
+   With ``--pipeline``, round N+1 is generated beside round N as ``deltacrawl crawl`` does under
+   ``generate.pipeline``: the step between two fetches; ``AHEAD`` is what ``generate.list_ahead``
+   stages beside fetch N for it (``jobs/list_ahead.py``).
 6. **ledger mirror flush**: the ``rounds`` table brought up to the ledger's
    records (one MERGE of the round's row), what a writing command pays once
    before it exits (``jobs/ledger_mirror.py``); outside generate and update.
@@ -131,6 +134,11 @@ def instrument(meter: Meter) -> None:
             meter.wrap(mod, n, f"{mod.__name__.split('.')[-1]}.{n}")
     # the rest of generate.run: its select + count + write, between resolve and the ledger write
     meter.wrap(generate, "select_due", "generate.select_due (lazy)")
+    # pipelined: the view of the crawl DB and hosts as the pending round's update will leave them
+    from jobs import list_ahead, pending_round
+    meter.wrap(generate, "_pending_crawldb", "generate: pending view (staged)")
+    meter.wrap(pending_round, "hosts_after", "generate: pending hosts (lazy)")
+    meter.wrap(list_ahead, "usable", "generate: list_ahead.usable")
 
 
 def synthetic_crawldb(spark, conf, *, rows: int, due: int, hosts: int, now: dt.datetime) -> None:
@@ -191,7 +199,7 @@ def synthetic_fetch(spark, conf, n: int, links: int, row: dict, now: dt.datetime
                  .otherwise(F.concat(F.lit("r"), F.lit(n), F.lit("-"), F.abs(F.col("url_fp")).cast("string"),
                                      F.lit("-"), i.cast("string"))), F.lit(".html")).alias("url"),
         F.lit(None).cast("long").alias("url_fp"), F.lit("a").alias("kind"), F.lit(False).alias("nofollow"),
-        F.col("host").alias("host")))
+        F.col("host").alias("host"), F.lit(None).cast("timestamp").alias("lastmod")))
     pages = (fl.withColumn("kind", F.lit("page")).withColumn("outcome", F.lit("ok")).withColumn("fetch_time", t)
              .withColumn("status_code", F.lit(200)).withColumn("content_type", F.lit("text/html"))
              .withColumn("content_length", F.lit(5000).cast("long")).withColumn("wire_bytes", F.lit(5200).cast("long"))
@@ -218,26 +226,38 @@ def synthetic_fetch(spark, conf, n: int, links: int, row: dict, now: dt.datetime
 
 
 PIPELINED = "GENERATE (pipelined: round N fetched, not merged)"
+AHEAD = "AHEAD (next list's inputs staged, beside fetch N)"
 
 
 def pipelined(meter: Meter, spark, conf, args, now: dt.datetime) -> list[dict]:
     """``--pipeline``: round 1 generated and fetched, then per repeat round N+1 generated beside
     round N (``generate.pipeline``: the step between two fetches) and round N updated, as
-    ``jobs.rounds.crawl`` runs them; update is measured alone here, not beside a fetch."""
-    from jobs import generate, update
+    ``jobs.rounds.crawl`` runs them; update is measured alone here, not beside a fetch. With
+    ``generate.list_ahead`` the next round's inputs are staged after each update (or the first
+    generate), where ``jobs.rounds.crawl`` stages them beside the fetch: step AHEAD."""
+    from jobs import generate, list_ahead, update
+
+    def staged_ahead(g: dict):
+        if not conf.generate.list_ahead:
+            return None
+        with meter.step(AHEAD):
+            return list_ahead.prepare(spark, conf, g["row"], now=now)
 
     with meter.step("GENERATE"):
         g = generate.run(spark, conf, now=now)
+    ahead = staged_ahead(g)
     with meter.step(f"synthetic fetch ({g['generated']:,} URLs)"):
         row = synthetic_fetch(spark, conf, g["round"], args.links, g["row"], now)
     results, fetched_at = [], now
-    for _ in range(args.repeat):
+    for i in range(args.repeat):
         now = now + dt.timedelta(seconds=1)
         with meter.step(PIPELINED):
-            g = generate.run(spark, conf, now=now, row=row, pipeline=True)
+            g = generate.run(spark, conf, now=now, row=row, pipeline=True, ahead=ahead)
         with meter.step("UPDATE"):
             u = update.run(spark, conf, round_no=row["round"], row=row, now=fetched_at)
-        results.append({"round": row["round"], "new_urls": u["new_urls"], "next_generated": g["generated"]})
+        results.append({"round": row["round"], "new_urls": u["new_urls"], "next_generated": g["generated"],
+                        "listed_ahead": g.get("listed_ahead")})
+        ahead = staged_ahead(g) if i + 1 < args.repeat else None
         with meter.step(f"synthetic fetch ({g['generated']:,} URLs)"):
             row, fetched_at = synthetic_fetch(spark, conf, g["round"], args.links, g["row"], now), now
     with meter.step("UPDATE"):

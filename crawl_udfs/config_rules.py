@@ -206,6 +206,7 @@ RULES: dict[str, Check] = {
     "generate.max_urls_per_host": COUNT_OR_ZERO,
     "generate.discovery_share": SHARE,
     "generate.pipeline": ANY,
+    "generate.list_ahead": ANY,
     "generate.fetch_partitions": COUNT_OR_ZERO,
     "priority.importance_s": at_least(0),
     "priority.importance_decades": above(0),

@@ -63,7 +63,7 @@ import math
 from typing import Any
 
 from crawl_udfs.config import Config, ConfigError
-from jobs import common, faults, ledger, pending_round, priority, resolve
+from jobs import common, faults, ledger, list_ahead, pending_round, priority, resolve
 from schemas import counters
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import FETCH_LIST, TABLES
@@ -167,11 +167,7 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
                .where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))
                .withColumn("remaining", remaining)
                .where(F.col("remaining") > 0))
-    lowered = None
-    if pattern_action is not None:
-        allowed = by_patterns(allowed, pattern_action, pattern_score_factor)
-        lowered = F.col(LOWERED) if LOWERED in allowed.columns else None
-    allowed = priority.with_virtual_due(allowed, weights, lowered=lowered)
+    allowed = in_order(allowed, weights, pattern_action, pattern_score_factor)
 
     # Per-host cap. The literal bound lets Spark insert a map-side per-host top-k.
     per_host = (allowed.withColumn("host_rank", F.row_number().over(Window.partitionBy("host").orderBy(*order)))
@@ -197,6 +193,34 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     return chosen.withColumn("partition", partition).select(*LIST_COLUMNS, "discovery")
 
 
+def selection(crawldb, hosts, conf: Config, *, now, n_partitions: int):
+    """:func:`select_due` with the configured keys (what :func:`run` lists)."""
+    action, factor = pattern_args(conf)
+    return select_due(crawldb, hosts, now=now, max_per_host=max_urls_per_host(conf), top_n=conf.generate.top_n,
+                      discovery_share=conf.generate.discovery_share, n_partitions=n_partitions,
+                      max_pages_per_host=conf.budget.max_pages_per_host,
+                      max_bytes_per_host=conf.budget.max_bytes_per_host, delay_window_s=delay_window_s(conf),
+                      weights=priority.Weights.of(conf.priority), pattern_action=action, pattern_score_factor=factor)
+
+
+def pattern_args(conf: Config) -> tuple[str | None, float]:
+    """(``pattern_action``, ``pattern_score_factor``) of :func:`select_due` from ``[dedup]``."""
+    return (conf.dedup.pattern_action if conf.dedup.learn_patterns else None), conf.dedup.pattern_score_factor
+
+
+def in_order(due, weights: priority.Weights, pattern_action: str | None, pattern_score_factor: float):
+    """``due`` (with the host's ``dup_patterns``) as :func:`select_due` ranks it: the learnt patterns
+    applied (:func:`by_patterns`; ``pattern_action`` None: ignored) and ``virtual_due`` added, so
+    :func:`jobs.priority.order` is its order. Per row: no host state but ``dup_patterns`` is read."""
+    from pyspark.sql import functions as F
+
+    lowered = None
+    if pattern_action is not None:
+        due = by_patterns(due, pattern_action, pattern_score_factor)
+        lowered = F.col(LOWERED) if LOWERED in due.columns else None
+    return priority.with_virtual_due(due, weights, lowered=lowered)
+
+
 #: Column :func:`by_patterns` adds under "lower": the URL matches a learnt pattern (a duplicate's head start).
 LOWERED = "_lowered"
 
@@ -216,13 +240,16 @@ def by_patterns(due, action: str, score_factor: float):
     raise ConfigError(f"dedup.pattern_action must be skip or lower, got {action!r}")
 
 
-def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: bool = False) -> dict[str, Any]:
+def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: bool = False,
+        ahead=None) -> dict[str, Any]:
     """Open round N and write its fetch list, or report the unfinished round. Returns the counts
     (and under ``row`` the ledger row written). ``row`` is the last round's row when the caller has it.
 
     With ``pipeline`` (``rounds.crawl`` under ``generate.pipeline``) round N opens when round N-1 is
     ``fetched``, before its update: the crawl DB and hosts are read as update N-1 will leave them
-    (:mod:`jobs.pending_round`), and ``pending`` in the result is round N-1's row."""
+    (:mod:`jobs.pending_round`), and ``pending`` in the result is round N-1's row. ``ahead``
+    (:class:`jobs.list_ahead.Ahead`, staged while round N-1 was fetched) stands for the crawl DB
+    when it still matches it (:func:`jobs.list_ahead.usable`)."""
     with common.Timer() as timer:
         st = ledger.step(spark, conf, "generate", row=row, pipeline=pipeline)
         if st.action == "skip":
@@ -233,7 +260,7 @@ def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: boo
         static = common.session_conf(spark, common.STATIC_PLANS) if pending else contextlib.nullcontext()
         n, n_partitions = st.round, fetch_partitions(spark, conf)
         with static:  # a pipelined round's plans read staged and small inputs (see common.STATIC_PLANS)
-            agg = _write_list(spark, conf, n, now, pending)
+            agg, listed_ahead = _write_list(spark, conf, n, now, pending, ahead)
         if agg.n == 0:
             return {"round": None, "generated": 0}
     counts = counters.checked("generate", {"generated": agg.n, "generated_discovery": agg.d,
@@ -241,32 +268,32 @@ def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: boo
     written = ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds},
                                old=st.row, n_partitions=n_partitions)
     return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts, "row": written,
-            "pending": pending}
+            "pending": pending, "listed_ahead": listed_ahead}
 
 
-def _write_list(spark, conf: Config, n: int, now, pending: dict | None):
-    """Select round ``n``'s fetch list (beside round ``pending`` when pipelined), write it unless it is
-    empty; returns its counts (``n``, ``d`` discovery, ``h`` hosts)."""
+def _write_list(spark, conf: Config, n: int, now, pending: dict | None, ahead=None):
+    """Select round ``n``'s fetch list (beside round ``pending`` when pipelined, from ``ahead``'s
+    staged rows when usable), write it unless it is empty; returns its counts (``n``, ``d``
+    discovery, ``h`` hosts) and whether ``ahead`` was used."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    crawldb = common.read(spark, conf, "crawldb")
-    if pending is not None:
-        crawldb = _pending_crawldb(spark, conf, crawldb, pending, now)
+    used = False
+    if pending is None:
+        crawldb = common.read(spark, conf, "crawldb")
+        common.read(spark, conf, "fetch_list")  # fail early, with the one-line error, if it is missing
+    else:  # the pending round's rows read once (each Delta read is a snapshot's jobs)
+        fetch_list, fetch_output = (_round_rows(spark, conf, t, pending) for t in ("fetch_list", "fetch_output"))
+        used = list_ahead.usable(spark, conf, ahead, pending)
+        crawldb, known = list_ahead.read(spark, ahead) if used else (common.read(spark, conf, "crawldb"),) * 2
+        crawldb = _pending_crawldb(spark, conf, crawldb, known, fetch_list, fetch_output, pending, now)
     resolve.run(spark, conf, now=now, crawldb=crawldb)
     hosts = common.read(spark, conf, "hosts")
     if pending is not None:
-        hosts = pending_round.hosts_after(hosts, _round_rows(spark, conf, "fetch_output", pending), conf,
-                                          round_no=int(pending["round"]), now=pending["fetched_at"])
-    common.read(spark, conf, "fetch_list")  # fail early, with the one-line error, if it is missing
-    selected = select_due(crawldb, hosts, now=now, max_per_host=max_urls_per_host(conf),
-                          top_n=conf.generate.top_n, discovery_share=conf.generate.discovery_share,
-                          n_partitions=fetch_partitions(spark, conf),
-                          max_pages_per_host=conf.budget.max_pages_per_host,
-                          max_bytes_per_host=conf.budget.max_bytes_per_host,
-                          delay_window_s=delay_window_s(conf), weights=priority.Weights.of(conf.priority),
-                          pattern_action=conf.dedup.pattern_action if conf.dedup.learn_patterns else None,
-                          pattern_score_factor=conf.dedup.pattern_score_factor).persist(StorageLevel.MEMORY_AND_DISK)
+        hosts = pending_round.hosts_after(hosts, fetch_output, conf, round_no=int(pending["round"]),
+                                          now=pending["fetched_at"])
+    selected = selection(crawldb, hosts, conf, now=now, n_partitions=fetch_partitions(spark, conf)).persist(
+        StorageLevel.MEMORY_AND_DISK)
     try:
         agg = selected.agg(F.count(F.lit(1)).alias("n"),
                            F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),
@@ -278,7 +305,7 @@ def _write_list(spark, conf: Config, n: int, now, pending: dict | None):
             faults.point("generate.after_write")
     finally:
         selected.unpersist()
-    return agg
+    return agg, used
 
 
 def _round_rows(spark, conf: Config, name: str, row: dict):
@@ -286,13 +313,14 @@ def _round_rows(spark, conf: Config, name: str, row: dict):
     return common.read(spark, conf, name).where(F.col("round") == int(row["round"]))
 
 
-def _pending_crawldb(spark, conf: Config, crawldb, pending: dict, now):
-    """The due rows of the crawl DB as update of round ``pending`` will leave it, computed once into a
-    staged Parquet file (resolve and the selection both read it; the next round's generate overwrites it)."""
-    view = pending_round.generate_crawldb(crawldb, _round_rows(spark, conf, "fetch_list", pending),
-                                          _round_rows(spark, conf, "fetch_output", pending), conf,
-                                          round_no=int(pending["round"]), now=pending["fetched_at"])
+def _pending_crawldb(spark, conf: Config, crawldb, known, fetch_list, fetch_output, pending: dict, now):
+    """The due rows of the crawl DB as update of round ``pending`` (its ``fetch_list`` and ``fetch_output``
+    rows) will leave it, computed once into a staged Parquet file (resolve and the selection both read it;
+    the next round's generate overwrites it). ``crawldb``: its rows (or the candidates staged ahead,
+    :mod:`jobs.list_ahead`), ``known``: its ``url_fp``s."""
+    view = pending_round.generate_crawldb(crawldb, fetch_list, fetch_output, conf, round_no=int(pending["round"]),
+                                          now=pending["fetched_at"], known=known)
     path = f"{common.root(conf)}/staging/generate/pending"
     due = due_urls(view, now)
     due.write.mode("overwrite").parquet(path)
-    return spark.read.parquet(path)
+    return spark.read.schema(due.schema).parquet(path)  # the schema known: no job reads a footer

@@ -63,7 +63,7 @@ def leaves_nothing_due(conf, pending: dict, now: dt.datetime) -> bool:
 
 
 def generate_crawldb(crawldb: DataFrame, fetch_list: DataFrame, fetch_output: DataFrame, conf, *,
-                     round_no: int, now: dt.datetime) -> DataFrame:
+                     round_no: int, now: dt.datetime, known: DataFrame | None = None) -> DataFrame:
     """``crawldb`` (CRAWLDB columns) as generate N+1 must see it while round ``round_no`` is not merged.
 
     Its rows minus round N's URLs (its fetch list and the URLs its tasks followed), plus round N's
@@ -71,13 +71,14 @@ def generate_crawldb(crawldb: DataFrame, fetch_list: DataFrame, fetch_output: Da
     reschedules every URL of round N (none is due after it but the few it returns untouched, a round
     later here), and a URL it inserted is in ``crawldb``, so not new. A URL round N followed is
     fetched, never new, and never listed again here, even when it was inserted unfetched by the
-    update of the round before, which discovered it.
+    update of the round before, which discovered it. ``known`` (default ``crawldb``): the crawl DB's
+    ``url_fp``s, when ``crawldb`` holds only some of its rows (:mod:`jobs.list_ahead`).
     """
     urls = F.broadcast(fetch_list.select("url_fp").unionByName(_pages(fetch_output).select("url_fp")).distinct())
     kept = crawldb.join(urls, "url_fp", "left_anti")
     prepared = T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), None)  # the edges need no o_ row
-    new = T.discover(prepared, crawldb, conf.scope, duplicates=None, follow_nofollow=conf.parse.follow_nofollow,
-                     default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
+    new = T.discover(prepared, crawldb if known is None else known, conf.scope, duplicates=None,
+                     follow_nofollow=conf.parse.follow_nofollow, default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
     new = new.join(urls, "url_fp", "left_anti")
     cols = [F.col(f.name).cast(f.dataType) if f.name in new.columns else F.lit(None).cast(f.dataType).alias(f.name)
             for f in CRAWLDB.fields]

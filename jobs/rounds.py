@@ -16,7 +16,11 @@ in the seconds generate takes, instead of generate plus update (bench/RESULTS.md
 "Pipelined rounds"). At most one round is fetched and not merged; rounds are
 merged in order (``jobs.ledger.step``), and a crawl that stopped with two rounds
 open merges the older one before it resumes the newer. Embedded, the update's
-jobs run on ``spark.local_spare_slots`` task slots beside the fetch tasks.
+jobs run on ``spark.local_spare_slots`` task slots beside the fetch tasks. With
+``generate.list_ahead`` the same thread then stages, from the crawl DB as that update left it,
+the part of the next round's list that does not depend on the round being fetched
+(:mod:`jobs.list_ahead`), so the generate between two fetches reads files of the round's size
+instead of the crawl DB.
 """
 
 from __future__ import annotations
@@ -36,13 +40,15 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
     from jobs import fetch, generate, update
 
     pipeline = bool(conf.generate.pipeline)
+    listing_ahead = pipeline and bool(conf.generate.list_ahead)
     _merge_older(spark, conf, out)
     row = ledger.last_round(spark, conf)  # the one ledger read; each verb hands on the row it wrote
     # pipelined, a round a crash left fetched is one of the N (it is merged beside the next, or alone
     # when N = 1); one by one, generate hands it back and the loop finishes it as its first round
     done, started = 0, int(pipeline and row is not None and row["state"] == "fetched")
     t0: dict[int, float] = {}
-    merging: Future | None = None  # update of the previous round, beside this round's fetch
+    merging: Future | None = None  # beside this round's fetch: the previous round's update, the next list's inputs
+    ahead = None  # the next round's inputs staged beside this round's fetch (jobs/list_ahead.py)
     side = spark.newSession() if pipeline else None  # its own SQL settings: update's are not fetch's
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltacrawl-update") as pool:
         try:
@@ -52,9 +58,9 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
                         and not pending_round.leaves_nothing_due(conf, row, common.now_utc())):
                     # its URLs can be due again at once (a re-crawl interval shorter than the round): merge first
                     row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
-                    done += 1
+                    done, ahead = done + 1, None
                     continue
-                g = generate.run(spark, conf, row=row, pipeline=pipeline)
+                g, ahead = generate.run(spark, conf, row=row, pipeline=pipeline, ahead=ahead), None
                 if g["round"] is None:
                     if row is not None and row["state"] == "fetched":  # nothing due even with its links:
                         row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
@@ -62,19 +68,26 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
                         continue  # generate again from the merged crawl DB
                     print("nothing is due: stopping", file=out)
                     break
-                if g.get("pending"):
-                    p = g["pending"]
+                p = g.get("pending")
+                if p:
                     print(f"round {p['round']}: updating beside the fetch of round {g['round']}", file=out)
-                    merging = pool.submit(update.run, side, conf, row=p, round_started=t0.get(p["round"]))
+                fetching = g["row"] if listing_ahead and started + 1 < rounds else None  # a next generate follows
+                if p or fetching:
+                    merging = pool.submit(_beside, side, conf, p, t0.get(p["round"]) if p else None, fetching)
                 row = g["row"]
                 t0.setdefault(row["round"], start)
+                if g.get("listed_ahead"):
+                    print(f"round {g['round']}: listed from the inputs staged beside the last fetch", file=out)
                 if g["resumed"]:
                     print(f"round {g['round']}: resuming from state {row['state']}", file=out)
                 row = fetch.run(spark, conf, row=row)["row"]
                 started += 1
                 if merging is not None:
-                    _updated(merging.result(), out)
-                    merging, done = None, done + 1
+                    merged, ahead = merging.result()
+                    merging = None
+                    if merged is not None:
+                        _updated(merged, out)
+                        done += 1
                 if not pipeline or started >= rounds:
                     row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
                     done += 1
@@ -89,6 +102,23 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
         row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
         done += 1
     return done
+
+
+def _beside(spark, conf: Config, pending: dict | None, started: float | None, fetching: dict | None):
+    """What runs beside a fetch, one after the other: update of round ``pending``, then the next
+    round's inputs staged ahead from the round ``fetching`` (:func:`jobs.list_ahead.prepare`).
+    Returns (update's result or None, the :class:`jobs.list_ahead.Ahead` or None)."""
+    from jobs import list_ahead, update
+
+    merged = update.run(spark, conf, row=pending, round_started=started) if pending is not None else None
+    ahead = None
+    if fetching is not None:
+        try:
+            ahead = list_ahead.prepare(spark, conf, fetching)
+        except Exception as e:  # noqa: BLE001 - an optimisation: the next generate reads the crawl DB instead
+            print(f"deltacrawl: staging round {fetching['round'] + 1}'s list ahead failed ({e}); "
+                  "it is listed from the crawl DB", file=sys.stderr)
+    return merged, ahead
 
 
 def _updated(result: dict, out: TextIO) -> dict:

@@ -11,6 +11,7 @@ are checked on a bare ledger.
 from __future__ import annotations
 
 import collections
+import datetime as dt
 
 import pytest
 
@@ -63,6 +64,11 @@ def test_update_of_a_round_runs_beside_the_next_fetch(spark, crawled):
         assert rows[n + 1]["generated_at"] < rows[n]["updated_at"]
     gaps = [(rows[n + 1]["fetch_started_at"] - rows[n]["fetched_at"]).total_seconds() for n in range(1, ROUNDS)]
     note(f"pipelined rounds: seconds from round N fetched to round N+1 fetching: {[round(g, 1) for g in gaps]}")
+    # round 2's list inputs were staged beside fetch 1 (generate.list_ahead, on by default with the pipeline)
+    from pathlib import Path
+
+    from jobs import list_ahead
+    assert Path(list_ahead.ahead_dir(conf, 2), "candidates").is_dir()
 
 
 def test_next_round_fetches_what_the_previous_one_found_once_and_politely(spark, crawled):
@@ -154,3 +160,45 @@ def test_the_view_never_lists_or_follows_a_url_the_pending_round_fetched_or_foun
     known = {r["url_fp"] for r in pending_round.known_urls(crawldb, fo).collect()}
     from crawl_udfs.url_normalize import fingerprint
     assert {fingerprint(x) for x in (a, b, c, d, u, e)} <= known
+
+
+def test_the_list_staged_ahead_is_the_list_from_the_crawl_db(spark):
+    """jobs/list_ahead.py: round 2 listed a0 and followed a1, a2 inside the round (all due rows of
+    a.test, in order a0 > a1 > ... > a8); a0 found a new URL and a8. Staged before round 2 ended, the
+    candidates hold a.test's 2M best due rows not listed (a1..a6, M = 3), of which a1 and a2 leave:
+    the list generate 3 makes from them is the one it makes from the whole crawl DB (a3, a4, a5
+    and the new URL competing). Kept M a host instead of 2M, only a3 would be left to list."""
+    from jobs import generate, list_ahead, pending_round
+    from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT, HOSTS
+    from tests.test_update import T0, frame, link, listed, old, page
+
+    conf = config.load(overrides=["generate.max_urls_per_host=3", "generate.top_n=100",
+                                  "generate.discovery_share=0.5", "priority.importance_s=3600.0"])
+    a = [f"http://a.test/{i}" for i in range(9)]
+    b = [f"http://b.test/{i}" for i in range(2)]
+    new = "http://a.test/new"
+    crawldb = frame(spark, [old(u, score=1.0 - i / 10) for i, u in enumerate(a)]
+                    + [old(u, score=0.5, status="fetched", fetch_count=1) for u in b], CRAWLDB)
+    fl = frame(spark, [listed(a[0], n=2)], FETCH_LIST)
+    fo = frame(spark, [page(a[0], "ok", n=2, status_code=200, outlinks=[link(new), link(a[8])]),
+                       page(a[1], "ok", n=2, status_code=200, in_round=True, depth=1, score=0.5, outlinks=[]),
+                       page(a[2], "ok", n=2, status_code=200, in_round=True, depth=1, score=0.5, outlinks=[])],
+               FETCH_OUTPUT)
+    hosts = spark.createDataFrame([], HOSTS)
+    later = T0 + dt.timedelta(seconds=60)
+
+    cand = list_ahead.candidates(crawldb, hosts, fl, conf, now=T0)  # a1..a6 and b (a7, a8 cut)
+
+    full = pending_round.generate_crawldb(crawldb, fl, fo, conf, round_no=2, now=T0)
+    ahead = pending_round.generate_crawldb(cand, fl, fo, conf, round_no=2, now=T0,
+                                           known=crawldb.select("host", "url_fp"))
+    # a8, known but cut from the candidates, is not found again as new (the known set is the crawl DB's)
+    assert {tuple(r) for r in ahead.collect()} <= {tuple(r) for r in full.collect()}
+
+    def listing(view):
+        return sorted((r["url"], r["partition"], r["score"]) for r in
+                      generate.selection(view, hosts, conf, now=later, n_partitions=2).collect())
+
+    want = listing(full)
+    assert [u for u, _, _ in want if "a.test" in u] == [a[3], a[4], a[5]]  # new comes later: due an hour later
+    assert listing(ahead) == want
