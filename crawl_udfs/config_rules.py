@@ -215,6 +215,7 @@ RULES: dict[str, Check] = {
     "priority.due_now_s": at_least(0),
     "importance.every_rounds": COUNT_OR_ZERO,
     "importance.damping": at_least_below(0.0, 1.0),
+    "importance.spread_host_pages": COUNT,
     "importance.intra_host_share": SHARE,
     "importance.iterations": COUNT,
     "importance.min_change": SHARE,

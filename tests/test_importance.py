@@ -3,6 +3,7 @@ and the refresh writes only crawldb.importance, in a bounded number of Spark job
 
 from __future__ import annotations
 
+import collections
 import random
 
 import pytest
@@ -12,7 +13,7 @@ from jobs import importance
 
 pytestmark = pytest.mark.spark
 
-D, S = 0.85, 0.25
+D, S, C = 0.85, 0.25, 20  # damping, intra_host_share, spread_host_pages (the defaults)
 
 
 def fp(url: str) -> int:
@@ -29,11 +30,10 @@ def graph(spark, links: list[tuple[str, str]], extra_urls: tuple[str, ...] = ())
     return edges, nodes, urls
 
 
-def ranked(spark, links, extra=(), *, intra_host_share=S, iterations=6) -> dict[str, float]:
+def ranked(spark, links, extra=(), *, intra_host_share=S, iterations=6, cap=C) -> dict[str, float]:
     edges, nodes, urls = graph(spark, links, extra)
-    u, h = importance.sizes(nodes)
     got = importance.importance(edges, nodes, damping=D, intra_host_share=intra_host_share, iterations=iterations,
-                                urls=u, hosts=h).collect()
+                                sizes=importance.sizes(nodes, host_pages=cap)).collect()
     by_fp = {r.url_fp: r.importance for r in got}
     return {url: by_fp[fp(url)] for url in urls}
 
@@ -54,10 +54,11 @@ def farm_web() -> tuple[list[tuple[str, str]], str, str]:
 def test_a_link_farm_gains_nothing_from_linking_to_itself(spark):
     links, target, lone = farm_web()
     imp = ranked(spark, links)
-    n_urls, n_hosts = len(imp), len({u.split("/")[2] for u in imp})
+    per_host = collections.Counter(u.split("/")[2] for u in imp)
     farm_total = sum(v for u, v in imp.items() if "//farm.test/" in u)
-    # the guarantee: no link from another host, so the farm holds at most its spread / (1 - D x S)
-    spread = (1 - D) * n_urls / n_hosts
+    # the guarantee: no link from another host, so the farm holds at most its spread / (1 - D x S); its
+    # spread: its 41 URLs counted as C of the weight sum(min(URLs, C)) over the hosts
+    spread = (1 - D) * len(imp) * min(per_host["farm.test"], C) / sum(min(n, C) for n in per_host.values())
     assert farm_total <= spread / (1 - D * S) + 1e-9
     # three links from three other hosts beat forty from its own
     assert imp[lone] > imp[target]
@@ -66,6 +67,22 @@ def test_a_link_farm_gains_nothing_from_linking_to_itself(spark):
     plain = pagerank(links)
     assert plain[target] > 3 * plain[lone]
     assert sum(v for u, v in plain.items() if "//farm.test/" in u) > 2 * spread
+
+
+def test_the_spread_goes_to_pages_up_to_a_host_cap_so_a_lone_url_gets_no_host_share(spark):
+    # no links: importance is the spread alone. Three hosts of 10 pages, one of 50, five known by one URL each
+    urls = ([f"http://s{h}.test/{i}" for h in range(3) for i in range(10)] + [f"http://big.test/{i}" for i in range(50)]
+            + [f"http://lone{h}.test/" for h in range(5)])
+    imp = ranked(spark, [], urls, cap=20)
+    assert abs(sum(imp.values()) - (1 - D) * len(urls)) < 1e-9  # no link: nothing but the spread, (1 - D) x URLs
+    page = imp["http://s0.test/0"]
+    # a host under the cap: every page the same part, a lone URL included (it used to get a 10-page host's part)
+    assert all(abs(imp[u] - page) < 1e-12 for u in urls if "big.test" not in u)
+    # a host over the cap: 20 pages' part in all, shared by its 50
+    assert abs(sum(v for u, v in imp.items() if "big.test" in u) - 20 * page) < 1e-9
+    # the cap at 1 is every host the same part: the lone URL holds a whole host's
+    same = ranked(spark, [], urls, cap=1)
+    assert abs(same["http://lone0.test/"] - 10 * same["http://s0.test/0"]) < 1e-9
 
 
 def pagerank(links: list[tuple[str, str]], iterations: int = 50) -> dict[str, float]:
@@ -151,7 +168,8 @@ def test_refresh_writes_importance_only_and_update_keeps_it(spark, tmp_path):
     assert jobs <= JOBS_MAX, jobs
 
     want = {r.url_fp: r.importance for r in importance.importance(
-        edges, nodes, damping=D, intra_host_share=S, iterations=3, urls=len(urls), hosts=7).collect()}
+        edges, nodes, damping=D, intra_host_share=S, iterations=3,
+        sizes=importance.sizes(nodes, host_pages=C)).collect()}
     after = {r.url_fp: r for r in common.read(spark, conf, "crawldb").collect()}
     assert {k: round(r.importance, 9) for k, r in after.items()} == {k: round(v, 9) for k, v in want.items()}
     assert all(after[k].asDict() | {"importance": None} == before[k].asDict() for k in before)
