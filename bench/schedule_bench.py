@@ -3,7 +3,8 @@
 The test web's live pages (``tests/testweb/live.py``: ``--hosts`` × ``--pages`` pages whose main text
 changes as Poisson processes at rates spread log-uniformly over 1/20 .. 1/2000 per nominal second,
 ``--time-scale`` real seconds a nominal second) are crawled by the real CLI (``init``, ``inject`` every
-live URL, then ``crawl --rounds R``), once per policy
+live URL, then ``crawl --rounds R --wait W``: a policy whose pages are not due yet waits for them
+instead of stopping), once per policy
 (``schedule.policy`` = fixed, adaptive, nutch), the three crawls running side by side against one server,
 so they face the same change instants; each sends its own User-Agent. Same budget: every round's fetch
 list is capped at ``--cap`` URLs (``generate.top_n``) and every policy runs the same rounds (the first
@@ -83,7 +84,7 @@ def crawl(work: Path, web: TestWeb, policy: str, a, out: dict) -> None:
         run("init")
         run("inject", str(seeds))
         out["t0"] = time.time()
-        run("crawl", "--rounds", str(a.rounds))
+        run("crawl", "--rounds", str(a.rounds), "--wait", str(a.wait))
         out["t1"] = time.time()
     except Exception as e:  # reported with the results; the other crawls go on
         out["error"] = repr(e)
@@ -172,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="schedule.default_interval_s: below N / cap rounds of real time, so the cap binds")
     ap.add_argument("--delay", type=float, default=0.2, help="politeness.host_delay_s")
     ap.add_argument("--window", type=float, default=20.0, help="fetch.task_budget_s")
+    ap.add_argument("--wait", type=float, default=900.0,
+                    help="crawl --wait: idle seconds a crawl waits for its next due URL before it stops")
     ap.add_argument("--stagger", type=float, default=5.0, help="seconds between the crawls' starts")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--json", type=Path, help="also write the rows here")

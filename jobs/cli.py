@@ -61,8 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("update", help="merge the fetched round into the crawl DB")
     sub.add_parser("rank", help="recompute link importance (crawldb.importance) now, whatever importance.every_rounds")
     sub.add_parser("round", help="one generate -> fetch -> update cycle (finishes an interrupted round first)")
-    cr = sub.add_parser("crawl", help="up to N rounds; stops early when nothing is due")
+    cr = sub.add_parser("crawl", help="up to N rounds; stops early when nothing is due (see --wait)")
     cr.add_argument("--rounds", type=int, required=True)
+    cr.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                    help="when nothing is due, sleep until the next URL falls due if that is within SECONDS "
+                         "of idle time, then go on (a continuous crawl); default 0: stop")
     ex = sub.add_parser("export", help="WARC files, Parquet index (Common Crawl columns) and CDXJ into DIR")
     ex.add_argument("--out", required=True, metavar="DIR",
                     help="export directory: the updated rounds it does not hold yet are added")
@@ -166,8 +169,8 @@ def _run(spark, conf, args) -> int:
         _print_counts("rank", importance.run(spark, conf))
     elif args.command in ("round", "crawl"):
         from jobs import rounds
-        n = 1 if args.command == "round" else args.rounds
-        done = rounds.crawl(spark, conf, n, out=sys.stdout)
+        n, wait = (1, 0.0) if args.command == "round" else (args.rounds, args.wait)
+        done = rounds.crawl(spark, conf, n, out=sys.stdout, wait_s=wait)
         print(f"{done} round(s) completed")
     elif args.command == "export":
         from jobs import export

@@ -203,6 +203,34 @@ def selection(crawldb, hosts, conf: Config, *, now, n_partitions: int):
                       weights=priority.Weights.of(conf.priority), pattern_action=action, pattern_score_factor=factor)
 
 
+def next_due(crawldb, hosts, *, max_per_host: int, max_pages_per_host: int, max_bytes_per_host: int):
+    """A one-row DataFrame ``at``: when the earliest URL that :func:`select_due` could list falls due
+    (the later of its ``next_fetch_time`` and its host's ``parked_until``), null when no URL ever will
+    (no eligible status, or only hosts out of budget). A URL a learnt pattern skips counts: its time
+    may be now while no list holds it (``rounds.crawl`` then polls)."""
+    from pyspark.sql import functions as F
+
+    eligible = crawldb.where(F.col("status").isin([s.value for s in ELIGIBLE])).select("host", "next_fetch_time")
+    host_info = hosts.select("host", "parked_until", "pages_fetched", "bytes_fetched", "round_cap")
+    remaining = host_cap(max_per_host=max_per_host, max_pages_per_host=max_pages_per_host, delay_window_s=None)
+    listable = (eligible.join(host_info, "host", "left")
+                .where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))
+                .where(remaining > 0))
+    return listable.agg(F.min(F.greatest("next_fetch_time", "parked_until")).alias("at"))
+
+
+def next_due_epoch(spark, conf: Config) -> float | None:
+    """:func:`next_due` on the tables as they are now, in seconds since the epoch (timestamps are UTC
+    in the session, so no local time zone enters), or None. One job."""
+    from pyspark.sql import functions as F
+
+    at = next_due(common.read(spark, conf, "crawldb"), common.read(spark, conf, "hosts"),
+                  max_per_host=max_urls_per_host(conf), max_pages_per_host=conf.budget.max_pages_per_host,
+                  max_bytes_per_host=conf.budget.max_bytes_per_host)
+    us = at.select(F.unix_micros("at").alias("us")).collect()[0]["us"]
+    return None if us is None else us / 1e6
+
+
 def pattern_args(conf: Config) -> tuple[str | None, float]:
     """(``pattern_action``, ``pattern_score_factor``) of :func:`select_due` from ``[dedup]``."""
     return (conf.dedup.pattern_action if conf.dedup.learn_patterns else None), conf.dedup.pattern_score_factor

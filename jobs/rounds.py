@@ -35,8 +35,15 @@ from jobs import common, ledger, pending_round
 from schemas import counters
 
 
-def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
-    """Run up to ``rounds`` rounds (generate, fetch, update each); returns how many were completed."""
+def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout, wait_s: float = 0.0,
+          sleep=time.sleep) -> int:
+    """Run up to ``rounds`` rounds (generate, fetch, update each); returns how many were completed.
+
+    When nothing is due it stops, or with ``wait_s`` > 0 (``crawl --wait``) it sleeps until the next
+    URL falls due (:func:`jobs.generate.next_due_epoch`) if that is at most ``wait_s`` seconds of idle
+    time away, and goes on; each idle spell has its own ``wait_s``. A URL due now that no list holds
+    (its host throttled below one URL, a learnt pattern skipping it) is polled every
+    :data:`POLL_S` seconds within the same bound."""
     from jobs import fetch, generate, update
 
     pipeline = bool(conf.generate.pipeline)
@@ -50,6 +57,7 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
     merging: Future | None = None  # beside this round's fetch: the previous round's update, the next list's inputs
     ahead = None  # the next round's inputs staged beside this round's fetch (jobs/list_ahead.py)
     side = spark.newSession() if pipeline else None  # its own SQL settings: update's are not fetch's
+    idle = 0.0  # seconds waited since the last round listed
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltacrawl-update") as pool:
         try:
             while started < rounds:
@@ -66,8 +74,13 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
                         row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
                         done += 1
                         continue  # generate again from the merged crawl DB
-                    print("nothing is due: stopping", file=out)
-                    break
+                    nap = _idle_wait(spark, conf, wait_s - idle, out)
+                    if nap is None:
+                        break
+                    sleep(nap)
+                    idle += nap
+                    continue
+                idle = 0.0
                 p = g.get("pending")
                 if p:
                     print(f"round {p['round']}: updating beside the fetch of round {g['round']}", file=out)
@@ -102,6 +115,31 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout) -> int:
         row = _updated(update.run(spark, conf, row=row, round_started=t0.get(row["round"])), out)
         done += 1
     return done
+
+
+#: Seconds between two generates while a URL is due but no list can hold it (see :func:`crawl`).
+POLL_S = 10.0
+
+
+def _idle_wait(spark, conf: Config, left_s: float, out: TextIO) -> float | None:
+    """Nothing is due: the seconds to sleep before generating again, or None to stop (said on ``out``)."""
+    from jobs import generate
+
+    if left_s <= 0:
+        print("nothing is due: stopping", file=out)
+        return None
+    at = generate.next_due_epoch(spark, conf)
+    if at is None:
+        print("nothing is due, and no URL will fall due: stopping", file=out)
+        return None
+    gap = at - time.time()
+    nap = gap if gap > 0 else POLL_S  # due, but no list holds it (a throttled host, a skipped pattern): poll
+    what = f"the next URL falls due in {gap:.0f} s" if gap > 0 else "a URL is due that no list holds"
+    if nap > left_s:
+        print(f"nothing is due; {what}, beyond the wait: stopping", file=out)
+        return None
+    print(f"nothing is due ({what}): waiting {nap:.0f} s", file=out)
+    return nap + 0.5  # past its due time, not at it
 
 
 def _beside(spark, conf: Config, pending: dict | None, started: float | None, fetching: dict | None):

@@ -320,3 +320,23 @@ def test_missing_tables_is_a_one_line_error(spark, tmp_path):
         generate.run(spark, c, now=NOW)
     assert "init" in str(e.value) and "\n" not in str(e.value)
     assert cli.main(["--set", f'storage.root="{tmp_path / "none"}"', "generate"]) == 2
+
+
+def next_due_at(spark, urls, hosts=()):
+    df = generate.next_due(spark.createDataFrame(list(urls), CRAWLDB), spark.createDataFrame(list(hosts), HOSTS),
+                           max_per_host=100, max_pages_per_host=10, max_bytes_per_host=10**6)
+    return df.collect()[0]["at"]
+
+
+def test_next_due_is_the_earliest_url_a_list_could_hold(spark):
+    soon, later = NOW + dt.timedelta(minutes=5), NOW + dt.timedelta(minutes=30)
+    # the earliest eligible URL of a host that may be listed; statuses never listed do not count
+    assert next_due_at(spark, [url_row("http://a.test/1", due=later), url_row("http://a.test/2", due=soon),
+                               url_row("http://a.test/gone", status="error_final", due=PAST),
+                               url_row("http://a.test/cut", status="budget_exhausted", due=PAST)]) == soon
+    # a parked host's URL falls due when the park ends, a host out of budget's never
+    assert next_due_at(spark, [url_row("http://parked.test/", due=PAST), url_row("http://spent.test/", due=PAST),
+                               url_row("http://a.test/", due=later)],
+                       [host_row("parked.test", parked_until=soon), host_row("spent.test", pages_fetched=10)]) == soon
+    assert next_due_at(spark, [url_row("http://spent.test/", due=PAST)], [host_row("spent.test", bytes_fetched=10**6)]) is None
+    assert next_due_at(spark, []) is None
