@@ -18,7 +18,9 @@ Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms
    whenMatched(``_kind`` in update/budget AND ``t.updated_round < N``) → update
    all; whenMatched(``_kind`` = repoint AND the same guard) → status, dup_of,
    updated_round; whenMatched(``_kind`` = due AND the same guard) → next_fetch_time, updated_round
-   (a sitemap's lastmod or a robots.txt refresh: ``jobs/sitemap_transforms.py``); whenNotMatched(``_kind`` in update/new) → insert.
+   (a sitemap's lastmod or a robots.txt refresh: ``jobs/sitemap_transforms.py``); whenMatched(``_kind`` = moved AND
+   the same guard) → score, the change history, updated_round (a 301/308 to a known URL:
+   ``update_transforms.moved_to_known``); whenNotMatched(``_kind`` in update/new) → insert.
 2. MERGE into ``hosts`` on ``host``, guarded by ``t.updated_round < N``.
 3. Appends to ``fetch_log`` and ``links`` (and ``near_dup_index`` with ``dedup.near_duplicates``) with
    ``txnAppId = deltacrawl-update-<table>``, ``txnVersion = N``: a rerun of round N appends nothing.
@@ -154,7 +156,8 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     # the crawl DB is scanned for budget rows only in a round where a host reached its budget (one small
     # job to know); else the slice, where an empty set of hosts finds no row either
     budget = HT.budget_rows(known if reached.isEmpty() else crawldb, reached, round_no=round_no)
-    source = T.merge_source(updated, new, budget, exhausted, repointed, due)  # computed once, by its staging write
+    moved = T.moved_to_known(prepared, known, round_no=round_no)  # a 301/308 to a known URL: score, history
+    source = T.merge_source(updated, new, budget, exhausted, repointed, due, moved)  # computed once, by its staging write
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
                 links=T.link_rows(prepared, round_no=round_no), near_dup_index=index_rows)
@@ -278,6 +281,8 @@ def _merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
                             set={c: f"s.`{c}`" for c in ("status", "dup_of", "updated_round")})
          .whenMatchedUpdate(condition=f"s._kind = 'due' AND t.updated_round < {n}",
                             set={c: f"s.`{c}`" for c in ("next_fetch_time", "updated_round")})
+         .whenMatchedUpdate(condition=f"s._kind = 'moved' AND t.updated_round < {n}",
+                            set={c: f"s.`{c}`" for c in ("score", *T.MOVED, "updated_round")})
          .whenNotMatchedInsert(condition="s._kind IN ('update', 'new')", values=cols)
          .execute())
 

@@ -33,6 +33,7 @@ def _metrics(name: str, now: dt.datetime) -> list:
         applied = (kind.isin("update", "budget", "repoint") & was.isNotNull()) | inserted
         return [n(inserted).alias("new_urls"), n((kind == "update") & was.isNotNull()).alias("updated_urls"),
                 n(kind == "repoint").alias("repointed"), n(kind == "due").alias("sitemap_due"),
+                n(kind == "moved").alias("moved_to_known"),
                 n((kind == "update") & (status == Status.DUPLICATE.value)).alias("duplicates"),
                 n(status == Status.BUDGET_EXHAUSTED.value).alias("budget_exhausted"),
                 F.sum(F.when(applied, _eligible(status) - _eligible(was)).otherwise(0)).alias("frontier_change"),

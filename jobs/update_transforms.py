@@ -359,12 +359,14 @@ def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, duplicates: Data
 
 # -- 6. the merge source ---------------------------------------------------------------------
 def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhausted: DataFrame,
-                 repointed: DataFrame | None = None, due: DataFrame | None = None) -> DataFrame:
-    """One row per url_fp (update > repoint > new > budget > due), CRAWLDB columns + ``_kind`` + ``_was`` (the status
+                 repointed: DataFrame | None = None, due: DataFrame | None = None,
+                 moved: DataFrame | None = None) -> DataFrame:
+    """One row per url_fp (update > repoint > new > budget > due > moved), CRAWLDB columns + ``_kind`` + ``_was`` (the status
     the row had in the crawl DB read, null for a URL absent from it: what the MERGE changes).
     ``repointed``: :func:`jobs.originals.repoint`'s crawl-DB rows (status, dup_of, updated_round: all the
     MERGE sets of a ``repoint`` row). ``due``: known URLs a sitemap makes due now (``jobs/sitemap_transforms.py``:
-    ``next_fetch_time``, ``updated_round``, all the MERGE sets of a ``due`` row).
+    ``next_fetch_time``, ``updated_round``, all the MERGE sets of a ``due`` row). ``moved``: :func:`moved_to_known`'s
+    rows (``score``, :data:`MOVED`, ``updated_round``: what the MERGE sets of a ``moved`` row).
 
     Rows still ``unfetched`` on an exhausted host (``exhausted``: ``host``,
     ``budget_reason``) become ``budget_exhausted``, error_class "budget:<reason>".
@@ -382,6 +384,8 @@ def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhauste
         allrows = allrows.unionByName(shape(repointed, "repoint", 1))
     if due is not None:
         allrows = allrows.unionByName(shape(due, "due", 4))
+    if moved is not None:
+        allrows = allrows.unionByName(shape(moved, "moved", 5))
     w = Window.partitionBy("url_fp").orderBy("_rank")
     one = allrows.withColumn("_n", F.row_number().over(w)).where(F.col("_n") == 1).drop("_n", "_rank")
     ex = exhausted.select("host", F.col("budget_reason").alias("_ex"))
@@ -415,3 +419,32 @@ def link_rows(prepared: DataFrame, *, round_no: int) -> DataFrame:
               F.min(F.col("l.url")).alias("dst_url")))
     e = e.withColumn("round", F.lit(int(round_no)).cast("long"))
     return e.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in LINKS.fields])
+
+
+# -- 8. a permanent redirect to a known URL -------------------------------------------------------
+def moved_to_known(prepared: DataFrame, known: DataFrame, *, round_no: int) -> DataFrame:
+    """Rows ``_kind = moved`` for the known targets of the round's permanent redirects (301, 308).
+
+    A new target is inserted by :func:`discover` with its source's score and history; a target the
+    crawl DB knows gets here the larger of its score and the source's and, when it was never fetched,
+    the source's change history (:data:`MOVED`): what it knows of the page that moved. A fetched
+    target keeps its own history (evidence about the URL as it is served now). Several sources: the
+    highest score's (then the smallest ``url_fp``). ``known``: the crawl-DB rows keyed by the round's
+    URLs and outlink targets (``jobs/crawldb_slice.py``), every column."""
+    link = F.col("l")
+    src = (prepared.where((F.col(CAT) == "redirect_perm") & F.col("outlinks").isNotNull())
+           .select(F.col("url_fp").alias("src_fp"),
+                   F.coalesce(F.col("_list_score"), F.col("o_score"), F.lit(0.0)).alias("src_score"),
+                   F.struct(*[F.col(f"o_{c}").alias(c) for c in MOVED]).alias("src_hist"),
+                   F.explode("outlinks").alias("l"))
+           .where((link.getField("kind") == "redirect") & link.getField("url_fp").isNotNull())
+           .select(link.getField("url_fp").alias("url_fp"), "src_fp", "src_score", "src_hist"))
+    best = F.max_by(F.struct("src_score", "src_hist"), F.struct("src_score", -F.col("src_fp"))).alias("b")
+    by_target = src.groupBy("url_fp").agg(best)
+    t = known.where(F.col("fetch_count").isNotNull()).join(by_target, "url_fp")  # by-URL rows of the slice
+    never = F.col("fetch_count") == 0
+    moved = {c: F.when(never, F.col(f"b.src_hist.{c}")).otherwise(F.col(c)) for c in MOVED}
+    return t.select("url_fp", "host", "url", "status",
+                    F.greatest(F.col("score"), F.col("b.src_score")).alias("score"),
+                    *[v.alias(c) for c, v in moved.items()],
+                    F.lit(int(round_no)).cast("long").alias("updated_round"))

@@ -65,6 +65,8 @@ COUNTERS: tuple[Counter, ...] = (
                                    "a canonical target beat, copies of an original that went (jobs/originals.py)"),
     Counter("sitemap_due", "update", "known URLs a sitemap made due now, ahead of their schedule: a lastmod after "
             "their last fetch, or a stored sitemap whose host's robots.txt was fetched (jobs/sitemap_transforms.py)"),
+    Counter("moved_to_known", "update", "known URLs a permanent redirect of the round points to: given the larger "
+            "score and, when never fetched, the moved page's change history (update_transforms.moved_to_known)"),
     Counter("near_dup_index", "update", "near_dup_index rows appended (block keys of the round's new originals)"),
     Counter("budget_exhausted", "update", "crawldb rows left budget_exhausted by this round's MERGE source"),
     Counter("hosts_updated", "update", "hosts rows written (hosts seen this round)"),

@@ -225,3 +225,30 @@ def test_a_permanent_redirect_moves_history_and_score_to_its_new_target(spark):
     new, t2 = got[a + "new"], got[a + "t2"]
     assert {k: new[k] for k in (*T.MOVED, "score")} == {k: moved[k] for k in (*T.MOVED, "score")}
     assert t2["score"] == 3.0 and t2["change_count"] == 0 and t2["change_intervals_s"] is None  # 302: no move
+
+
+def test_a_permanent_redirect_to_a_known_url_moves_the_score_and_the_history_if_never_fetched(spark):
+    a = "http://m.test/"
+    hist = dict(change_count=4, unchanged_count=9, last_change_time=FIRST, change_intervals_s=[3600.0, 0.0],
+                unchanged_span_s=5 * DAY, change_rate=2e-5)
+    own = dict(change_count=1, unchanged_count=2, last_change_time=NOW, change_intervals_s=[60.0],
+               unchanged_span_s=DAY, change_rate=1e-3)
+    olds = [old(a + "old", status="fetched", score=3.0, **hist), old(a + "o2", status="fetched", score=2.0, **hist),
+            old(a + "tmp", status="fetched", score=3.0, **hist),
+            old(a + "known", score=0.5),                                          # never fetched: takes it all
+            old(a + "seen", status="fetched", fetch_count=3, score=9.0, **own),   # fetched: keeps its history
+            old(a + "t2", score=0.5)]
+    pages = [page(a + "old", "redirect", status_code=301, redirect_to=a + "known", outlinks=[link(a + "known", "redirect")]),
+             page(a + "o2", "redirect", status_code=308, redirect_to=a + "seen", outlinks=[link(a + "seen", "redirect")]),
+             page(a + "tmp", "redirect", status_code=302, redirect_to=a + "t2", outlinks=[link(a + "t2", "redirect")])]
+    crawldb = frame(spark, olds, CRAWLDB)
+    flist = [listed(a + "old", score=3.0), listed(a + "o2", score=2.0), listed(a + "tmp", score=3.0)]
+    prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, flist, FETCH_LIST), crawldb)
+    got = by_url(T.moved_to_known(prepared, crawldb, round_no=2))
+    assert set(got) == {a + "known", a + "seen"}                                # a 302 moves nothing
+    known, seen = got[a + "known"], got[a + "seen"]
+    assert {k: known[k] for k in (*T.MOVED, "score")} == {**hist, "score": 3.0}
+    assert {k: seen[k] for k in (*T.MOVED, "score")} == {**own, "score": 9.0}   # the larger score: its own
+    assert known["updated_round"] == 2 and known["status"] == "unfetched"
+    assert T.discover(prepared, crawldb, CONF.scope, duplicates=None, follow_nofollow=False,
+                      default_interval_s=DAY, round_no=2, now=NOW).count() == 0  # nothing new to insert
