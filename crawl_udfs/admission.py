@@ -42,7 +42,7 @@ What a followed link inherits from its page is defined here once too: which link
 are followed (:func:`followed`), its depth (:func:`link_depth`) and its score
 (:func:`link_score`), used by the fetch task when it follows a link inside the round
 (``host_runs``) and, built as Columns from the same functions, by update when it
-inserts a new URL (``update_transforms.discover``).
+inserts a new URL (``discover_transforms.discover``).
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ SAME_DOC_KINDS = ("redirect", "canonical")
 
 class PlainOps:
     """The two operations :func:`link_depth` and :func:`link_score` need, on plain values. Update builds
-    the same rules as Columns by passing Column ones (``update_transforms.COLUMN_OPS``), so the task
-    (``host_runs.TaskHosts.follow``) and update (``update_transforms.discover``) share one definition."""
+    the same rules as Columns by passing Column ones (``discover_transforms.COLUMN_OPS``), so the task
+    (``host_runs.TaskHosts.follow``) and update (``discover_transforms.discover``) share one definition."""
 
     @staticmethod
     def when(cond, then, otherwise):
@@ -99,7 +99,7 @@ def depth_of(parent_depth: int, kind: str) -> int:
 
 def followed(kind: str, nofollow: bool, *, follow_nofollow: bool) -> bool:
     """Whether an admitted outlink is followed (becomes a crawl-DB URL): redirect and canonical targets
-    always, other links unless nofollow (all with ``parse.follow_nofollow``). ``update_transforms._followed``
+    always, other links unless nofollow (all with ``parse.follow_nofollow``). ``discover_transforms.followed``
     is the same rule as a Column (tests/test_admission.py runs both on every combination)."""
     return follow_nofollow or kind in SAME_DOC_KINDS or not nofollow
 

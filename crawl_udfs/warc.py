@@ -27,17 +27,15 @@ Guarantees
   Heritrix writes them): the HTTP headers as a response record stores them (framing hidden,
   the true ``Content-Length`` of the payload appended), no payload, ``WARC-Payload-Digest``
   and ``WARC-Refers-To``/``-Target-URI``/``-Date`` naming the full copy.
-- HTTP header names and values keep the bytes received: ``bytes`` are written verbatim,
-  ``str`` is encoded UTF-8 with ``surrogateescape`` (how aiohttp decodes header bytes, so
-  its ``headers`` and its ``raw_headers`` give the same bytes). A CR or LF inside a name or
-  value (never produced by a conforming parser) is written as a space, so no header can
-  inject a line.
+- HTTP header names and values keep the bytes received, and no header can inject a line
+  (``crawl_udfs.warc_headers``, which serialises the HTTP header blocks and hides framing).
 
 Why not warcio's ``WARCWriter``: it percent-encodes every non-ASCII HTTP header value
 (``StatusAndHeaders.to_ascii_bytes``), losing the bytes as received, digests the payload
 of whatever stream it is given (the trap above), and adds payload digests to request and
-metadata records. Record bytes are therefore assembled here (a few lines, tested byte for
-byte); warcio is the reference reader, checker and indexer in ``tests/test_warc.py``.
+metadata records. Record bytes are therefore assembled here and in ``warc_headers`` (a few
+lines, tested byte for byte); warcio is the reference reader, checker and indexer in
+``tests/test_warc.py``.
 
 Two layers (STYLE rule 8): :class:`WarcRecordWriter` writes to any binary stream with
 injectable record ids and clock; :class:`RollingWarcWriter` is what a fetch task uses:
@@ -53,25 +51,19 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from importlib import metadata as _metadata
-from typing import BinaryIO, Callable, Iterable, Mapping
+from typing import BinaryIO, Callable, Mapping
 
 from crawl_udfs.config import Section
 from crawl_udfs.signatures import sha1_digest  # noqa: F401  (re-exported: warc.sha1_digest)
+from crawl_udfs.warc_headers import Header, http_headers, octets
 
 WARC_VERSION = b"WARC/1.1"
 REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 REVISIT_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 CONFORMS_TO = "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
 TRUNCATION_REASONS = frozenset({"length", "time", "disconnect", "unspecified"})
-HIDDEN_HEADER_PREFIX = b"X-Crawler-"
-_HIDDEN_HEADERS = frozenset({b"content-encoding", b"transfer-encoding", b"content-length"})
-_HIDDEN_LENGTHS = frozenset(map(len, _HIDDEN_HEADERS))
-_HIDDEN_PREFIX_STR = HIDDEN_HEADER_PREFIX.decode("ascii")
-_HIDDEN_NAMES_STR = frozenset(n.decode("ascii") for n in _HIDDEN_HEADERS)
 _CRLF = b"\r\n"
 _EPOCH = datetime(1970, 1, 1)
-
-Header = tuple[str | bytes, str | bytes]
 
 
 @dataclass(frozen=True)
@@ -137,55 +129,6 @@ def warcinfo_fields(warc_conf: Section, *, software: str | None = None,
     return {k: v for k, v in fields.items() if v}
 
 
-def _octets(value: str | bytes) -> bytes:
-    raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
-    if b"\r" in raw or b"\n" in raw:
-        raw = raw.replace(b"\r", b" ").replace(b"\n", b" ")
-    return raw
-
-
-def _http_headers(lines: Iterable[Header], *, hide_framing: bool) -> bytes:
-    """The header lines, ``name: value CRLF`` each, with the bytes the module docstring promises.
-
-    Fast path (what aiohttp hands over): every name and value a ``str`` without CR or LF,
-    joined and encoded once -- UTF-8 with ``surrogateescape`` encodes code point by code
-    point, so that is byte for byte what :func:`_header_octets` gives. Anything else goes
-    through :func:`_header_octets`.
-    """
-    if not isinstance(lines, list):
-        lines = list(lines)
-    try:
-        text = _header_text(lines, hide_framing)
-    except TypeError:  # a bytes (or otherwise non-str) name or value
-        text = None
-    return _header_octets(lines, hide_framing) if text is None else text.encode("utf-8", "surrogateescape")
-
-
-def _header_octets(lines: list[Header], hide_framing: bool) -> bytes:
-    """Header by header through :func:`_octets`: any mix of ``str`` and ``bytes``, CR/LF made spaces."""
-    out = []
-    for name, value in lines:
-        n = _octets(name)
-        if hide_framing and len(n) in _HIDDEN_LENGTHS and n.lower() in _HIDDEN_HEADERS:
-            n = HIDDEN_HEADER_PREFIX + n
-        out.append(b"%s: %s\r\n" % (n, _octets(value)))
-    return b"".join(out)
-
-
-def _header_text(lines: list[Header], hide_framing: bool) -> str | None:
-    """All-``str`` header lines as one ``str``; None if a name or value holds CR or LF.
-
-    Raises TypeError if a name or value is not a ``str``. Framing headers are hidden exactly
-    as :func:`_header_octets` hides them: ASCII names, compared case-insensitively.
-    """
-    lines = [(_HIDDEN_PREFIX_STR + n, v) if hide_framing and n.lower() in _HIDDEN_NAMES_STR and n.isascii()
-             else (n, v) for n, v in lines]  # (n, v): a malformed line fails as in _header_octets
-    text = "\r\n".join(map(": ".join, lines)) + "\r\n" if lines else ""
-    if text.count("\r") != len(lines) or text.count("\n") != len(lines):
-        return None
-    return text
-
-
 def _fields_block(fields: Mapping[str, str]) -> bytes:
     return b"".join(f"{k}: {v}\r\n".encode("utf-8") for k, v in fields.items())
 
@@ -225,7 +168,7 @@ class WarcRecordWriter:
             raise ValueError(f"WARC-Truncated must be one of {sorted(TRUNCATION_REASONS)}, got {ex.truncated!r}")
         req_id = self._write_request(ex)
         rid = self._new_id()
-        head = self._status_line(ex) + _http_headers(ex.response_headers, hide_framing=True)
+        head = self._status_line(ex) + http_headers(ex.response_headers, hide_framing=True)
         head += b"Content-Length: %d\r\n\r\n" % len(ex.body)
         headers = self._common("response", ex, rid, "application/http; msgtype=response")
         headers.append(("WARC-Concurrent-To", req_id))
@@ -247,7 +190,7 @@ class WarcRecordWriter:
         """
         req_id = self._write_request(ex)
         rid = self._new_id()
-        head = self._status_line(ex) + _http_headers(ex.response_headers, hide_framing=True)
+        head = self._status_line(ex) + http_headers(ex.response_headers, hide_framing=True)
         if payload_digest is not None:  # the headers of the payload it stands for, as its response record has them
             head += b"Content-Length: %d\r\n" % len(ex.body)
         head += _CRLF
@@ -270,8 +213,8 @@ class WarcRecordWriter:
 
     def _write_request(self, ex: HttpExchange) -> str:
         rid = self._new_id()
-        line = b"%s %s HTTP/%s\r\n" % (_octets(ex.method), _octets(ex.request_target), _octets(ex.http_version))
-        head = line + _http_headers(ex.request_headers, hide_framing=False) + _CRLF
+        line = b"%s %s HTTP/%s\r\n" % (octets(ex.method), octets(ex.request_target), octets(ex.http_version))
+        head = line + http_headers(ex.request_headers, hide_framing=False) + _CRLF
         headers = self._common("request", ex, rid, "application/http; msgtype=request") + self._address(ex)
         self._write(headers, [head], rid)
         return rid
@@ -301,7 +244,7 @@ class WarcRecordWriter:
 
     @staticmethod
     def _status_line(ex: HttpExchange) -> bytes:
-        return b"HTTP/%s %d %s\r\n" % (_octets(ex.http_version), ex.status, _octets(ex.reason))
+        return b"HTTP/%s %d %s\r\n" % (octets(ex.http_version), ex.status, octets(ex.reason))
 
     def _write(self, headers: list[tuple[str, str]], block: list[bytes], rid: str) -> RecordSpan:
         """One record in one gzip member: header block, CRLF, block, CRLF CRLF."""

@@ -4,7 +4,7 @@
 crawl DB, to every step whose crawl-DB read is keyed by the round's URLs or hosts:
 
 - :func:`jobs.update_transforms.prepare`: the rows of the round's URLs (every column);
-- :func:`jobs.update_transforms.discover`: which outlink targets are known (``url_fp``);
+- :func:`jobs.discover_transforms.discover`: which outlink targets are known (``url_fp``);
 - :func:`jobs.pattern_transforms.stored_pages`: every row of the round's hosts
   (``host``, ``url``, ``url_fp``, ``status``, ``dup_of``);
 - :func:`jobs.hosts_transforms.trap_signals`: an original's host (``url_fp``, ``host``). A copy

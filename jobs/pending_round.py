@@ -10,7 +10,7 @@ and ``fetch_output`` (both committed when the round is ``fetched``):
   round N's URLs are left out (update N reschedules every one of them; the few
   it returns untouched, ``deferred``/``not_attempted``, come back a round later),
   and the URLs round N discovered are added as the ``unfetched`` rows update N
-  will insert: the same :func:`jobs.update_transforms.discover`, so depth, score
+  will insert: the same :func:`jobs.discover_transforms.discover`, so depth, score
   and source are the ones update writes. A host's page and byte counters get
   round N's pages (budgets stay exact), and its next allowed time, park,
   robots.txt, Crawl-delay, pace and address are what its fetch task ended with.
@@ -42,6 +42,7 @@ from pyspark.sql import functions as F
 
 from jobs import hosts_transforms as HT
 from jobs import update_transforms as T
+from jobs.discover_transforms import discover
 from schemas.tables import CRAWLDB, HOSTS
 
 
@@ -77,8 +78,8 @@ def generate_crawldb(crawldb: DataFrame, fetch_list: DataFrame, fetch_output: Da
     urls = F.broadcast(fetch_list.select("url_fp").unionByName(_pages(fetch_output).select("url_fp")).distinct())
     kept = crawldb.join(urls, "url_fp", "left_anti")
     prepared = T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), None)  # the edges need no o_ row
-    new = T.discover(prepared, crawldb if known is None else known, conf.scope, duplicates=None,
-                     follow_nofollow=conf.parse.follow_nofollow, default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
+    new = discover(prepared, crawldb if known is None else known, conf.scope, duplicates=None,
+                   follow_nofollow=conf.parse.follow_nofollow, default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
     new = new.join(urls, "url_fp", "left_anti")
     cols = [F.col(f.name).cast(f.dataType) if f.name in new.columns else F.lit(None).cast(f.dataType).alias(f.name)
             for f in CRAWLDB.fields]

@@ -2,7 +2,7 @@
 
 A sitemap is a crawl-DB row marked ``fetch_kind = 'sitemap'`` (``crawl_udfs/sitemaps.py``): the
 fetch task reads it and returns what it lists as outlinks (kind ``sitemap`` with their ``lastmod``,
-kind ``sitemap_child`` for an index's children), which ``update_transforms.discover`` inserts like
+kind ``sitemap_child`` for an index's children), which ``discover_transforms.discover`` inserts like
 any outlink (a child as a sitemap row). Two rules are the sitemaps' own, here:
 
 - :func:`robots_refresh`: a host whose robots.txt was fetched in the round (its host row carries

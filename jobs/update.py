@@ -53,6 +53,7 @@ from jobs import pattern_transforms as P
 from jobs import schedule_transforms as SC
 from jobs import sitemap_transforms as SM
 from jobs import update_transforms as T
+from jobs.discover_transforms import discover
 from jobs.generate import max_urls_per_host
 from jobs.update_counters import Counters
 from schemas import counters
@@ -134,8 +135,8 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
         decided = keep(O.repoint(updated, crawldb, gone))
         updated = keep(O.repointed(updated, decided))
         repointed = O.repointed_rows(decided, round_no=round_no, was=T.WAS)
-    new = T.discover(prepared, known, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
-                     default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
+    new = discover(prepared, known, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
+                   default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
     # sitemaps: due again on a robots.txt refresh; a lastmod after a URL's last fetch makes it due now
     sitemaps, due = SM.robots_refresh(fetch_output, known, now=now, round_no=round_no, score=conf.inject.score,
                                       default_interval_s=conf.schedule.default_interval_s)

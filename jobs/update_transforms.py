@@ -11,7 +11,8 @@ Pipeline (each step a function, each tested on small DataFrames):
     transition(prepared, host_next, ...)        one new crawl-DB row per page row (changed: same_main_text)
     (jobs/exact_dup_transforms.py: exact duplicates by payload digest; the original: jobs/originals.py)
     (jobs/dedup_transforms.py: near-duplicates, with dedup.near_duplicates)
-    discover(prepared, crawldb, duplicates=...) new URLs from (admitted) outlinks and redirect targets
+    edges(prepared)                             one row per outlink of the round's pages
+    (jobs/discover_transforms.py: discover, new URLs from (admitted) outlinks and redirect targets)
     (jobs/hosts_transforms.py: trap signals, the hosts rows, trap judgement, budgets)
     merge_source(updated, new, budget, ...)     one row per url_fp, flagged ``_kind``
     fetch_log_rows / link_rows                  the round's appends
@@ -24,10 +25,8 @@ import datetime as dt
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from crawl_udfs.admission import SAME_DOC_KINDS, link_depth, link_score
 from crawl_udfs.rows import Outcome
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
-from crawl_udfs.sitemaps import CHILD_KIND, SITEMAP
 from jobs import schedule_transforms as S
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
@@ -66,8 +65,9 @@ def touching(big: DataFrame, small: DataFrame, key: str) -> DataFrame:
 def with_followed(fetch_list: DataFrame, pages: DataFrame) -> DataFrame:
     """The fetch list's ``url_fp``/``depth``/``score``/``redirect_hops``, plus one such row per URL a
     fetch task followed inside the round (an ``in_round`` page row: the depth and score the task gave
-    it, as :func:`discover` would, no redirect hops), so :func:`prepare` and :func:`transition` make
-    it the crawl-DB row a generated URL with that outcome would get, and its links inherit from it."""
+    it, as :func:`jobs.discover_transforms.discover` would, no redirect hops), so :func:`prepare` and
+    :func:`transition` make it the crawl-DB row a generated URL with that outcome would get, and its
+    links inherit from it."""
     cols = ("url_fp", "depth", "score", "redirect_hops")
     followed = (pages.where((F.col("kind") == "page") & F.coalesce(F.col("in_round"), F.lit(False)))
                 .select("url_fp", "depth", "score", F.lit(0).alias("redirect_hops")))
@@ -79,8 +79,9 @@ def prepare(pages: DataFrame, fetch_list: DataFrame, crawldb: DataFrame | None) 
     """Page rows of one round, with ``_list_depth``/``_list_score``/``_list_hops`` from the
     fetch list and the URL's crawl-DB row as ``o_<column>`` (null when absent), and ``_cat``.
 
-    ``crawldb`` None: every ``o_`` column null, no crawl-DB read (what :func:`discover`'s edges
-    need: a page's depth and score come from the fetch list, in-round pages' included)."""
+    ``crawldb`` None: every ``o_`` column null, no crawl-DB read (what the edges of
+    :func:`jobs.discover_transforms.discover` need: a page's depth and score come from the fetch
+    list, in-round pages' included)."""
     fl = fetch_list.select("url_fp", F.col("depth").alias("_list_depth"), F.col("score").alias("_list_score"),
                            F.col("redirect_hops").alias("_list_hops"))
     p = pages.where(F.col("kind") == "page").dropDuplicates(["url_fp"]).join(fl, "url_fp", "left")
@@ -257,13 +258,17 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
     return df.select([c.alias(k) for k, c in cols.items()])
 
 
-# -- 3. discovery ------------------------------------------------------------------------------
+# -- 3. the edges of the round's pages (discovery: jobs/discover_transforms.py) ---------------
 #: The crawl-DB columns a permanent redirect moves to its target (with the score, which every redirect passes).
 MOVED = ("change_count", "unchanged_count", "last_change_time", "change_intervals_s", "unchanged_span_s",
          "change_rate")
 
 
-def _edges(prepared: DataFrame) -> DataFrame:
+def edges(prepared: DataFrame) -> DataFrame:
+    """One row per outlink of a page row that has outlinks and was not kept (deferred or not attempted):
+    ``src_fp``, the page's ``src_depth``/``src_score``/``src_hops``, ``_moved`` (a permanent redirect's
+    :data:`MOVED` columns), its ``outlinks`` and the link ``l``. For :func:`jobs.discover_transforms.discover`
+    and :func:`link_rows`."""
     src = prepared.where(F.col("outlinks").isNotNull() & (F.col(CAT) != KEEP))
     moved = F.when(F.col(CAT) == "redirect_perm", F.struct(*[F.col(f"o_{c}").alias(c) for c in MOVED]))
     return src.select(F.col("url_fp").alias("src_fp"), moved.alias("_moved"),
@@ -271,90 +276,6 @@ def _edges(prepared: DataFrame) -> DataFrame:
                       F.coalesce(F.col("_list_score"), F.col("o_score"), F.lit(0.0)).alias("src_score"),
                       F.coalesce(F.col("_list_hops"), F.col("redirect_hops"), F.lit(0)).alias("src_hops"),
                       "outlinks", F.explode("outlinks").alias("l"))
-
-
-def _followed(link: Column, follow_nofollow: bool) -> Column:
-    same_doc = link.getField("kind").isin(*SAME_DOC_KINDS)
-    if follow_nofollow:
-        return F.lit(True) & link.isNotNull()
-    return same_doc | ~F.coalesce(link.getField("nofollow"), F.lit(False))
-
-
-def _shares_score(link: Column, follow_nofollow: bool) -> Column:
-    """``crawl_udfs.admission.shares_score`` as a Column: followed, and not a redirect or canonical target."""
-    return _followed(link, follow_nofollow) & ~link.getField("kind").isin(*SAME_DOC_KINDS)
-
-
-class ColumnOps:
-    """``crawl_udfs.admission.PlainOps`` on Columns: the task's depth and score rules, built as Columns."""
-
-    @staticmethod
-    def when(cond: Column, then: Column, otherwise: Column) -> Column:
-        return F.when(cond, then).otherwise(otherwise)
-
-    @staticmethod
-    def greatest(value: Column, floor: int) -> Column:
-        return F.greatest(value, F.lit(floor))
-
-
-COLUMN_OPS = ColumnOps()
-
-
-def discover(prepared: DataFrame, crawldb: DataFrame, scope, *, duplicates: DataFrame | None, follow_nofollow: bool,
-             default_interval_s: float, round_no: int, now: dt.datetime) -> DataFrame:
-    """Crawl-DB rows for URLs first found this round (absent from ``crawldb``), one per url_fp.
-
-    Every outlink was admitted by the fetch task (``crawl_udfs.admission``, with
-    its page's host and depth), which also gave its ``host``: no rule is applied
-    again here. ``scope`` is the ``[scope]`` section (``score_decay``, ``duplicate_score_factor``).
-    Followed: links not marked nofollow (all when ``follow_nofollow``), and redirect and canonical
-    targets always.
-    depth and score: ``crawl_udfs.admission.link_depth`` / ``link_score``, the rules the fetch task
-    gives a link it follows in the round (parent depth + 1, parent score * score_decay / the parent's
-    followed links; redirect/canonical: the parent's depth and score); a redirect target's
-    redirect_hops = the parent's + 1. ``duplicates``: the round's updated rows with every duplicate
-    marked (exact and near: ``status``, ``_cat``); a page that became a duplicate this round passes
-    only ``scope.duplicate_score_factor`` of its score to its links that share it (redirect and
-    canonical targets keep the whole score). None: no page is a duplicate (the pipelined view of a
-    round not updated yet, ``jobs/pending_round.py``, and the fetch task, which cannot know). Within
-    the batch a URL keeps its smallest depth and largest score; its source is
-    the parent of the shallowest path (then fewest hops, smallest src_fp).
-    """
-    e = _edges(prepared)
-    same_doc = F.col("l.kind").isin(*SAME_DOC_KINDS)
-    src_score = F.col("src_score")
-    if duplicates is not None:  # a kept row (deferred) has no edges: its old status is no decision of this round
-        dup = (duplicates.where((F.col("status") == Status.DUPLICATE.value) & (F.col(CAT) != KEEP))
-               .select(F.col("url_fp").alias("src_fp"), F.lit(True).alias("_src_dup")))
-        e = e.join(dup, "src_fp", "left")
-        src_score = F.when(F.col("_src_dup").isNotNull() & ~same_doc,
-                           src_score * F.lit(float(scope.duplicate_score_factor))).otherwise(src_score)
-    n_sharing = F.size(F.filter("outlinks", lambda x: _shares_score(x, follow_nofollow)))
-    e = e.where(_followed(F.col("l"), follow_nofollow) & F.col("l.url_fp").isNotNull())
-    e = e.select(
-        F.col("l.url_fp").alias("url_fp"), F.col("l.url").alias("url"), F.col("l.host").alias("host"),
-        "src_fp", F.when(F.col("l.kind") == "redirect", F.col("_moved")).alias("_moved"),
-        link_depth(F.col("src_depth"), same_doc, COLUMN_OPS).alias("depth"),
-        F.when(F.col("l.kind") == "redirect", F.col("src_hops") + 1).otherwise(F.lit(0)).alias("redirect_hops"),
-        link_score(src_score, same_doc, n_sharing, float(scope.score_decay), COLUMN_OPS).alias("score"),
-        F.when(F.col("l.kind") == CHILD_KIND, F.lit(SITEMAP)).alias("fetch_kind"))
-    best = F.min(F.struct("depth", "redirect_hops", "src_fp", "url", "host")).alias("b")
-    moved = F.min_by("_moved", F.when(F.col("_moved").isNotNull(), F.col("src_fp"))).alias("_moved")
-    d = e.groupBy("url_fp").agg(best, F.max("score").alias("score"), moved, F.max("fetch_kind").alias("fetch_kind"))
-    d = d.join(touching(crawldb.select("url_fp"), d, "url_fp"), "url_fp", "left_anti")
-    now_ts = ts(now)
-    zero = F.lit(0)
-    return d.select(
-        "url_fp", F.col("b.host").alias("host"), F.lit(Status.UNFETCHED.value).alias("status"),
-        now_ts.alias("next_fetch_time"), "score", F.col("b.depth").alias("depth"),
-        F.col("b.redirect_hops").alias("redirect_hops"), zero.alias("retries"), zero.alias("fetch_count"),
-        F.coalesce(F.col("_moved.change_count"), zero).alias("change_count"),
-        F.coalesce(F.col("_moved.unchanged_count"), zero).alias("unchanged_count"),
-        F.lit(float(default_interval_s)).alias("fetch_interval_s"), now_ts.alias("first_seen"),
-        F.lit(int(round_no)).cast("long").alias("discovered_round"),
-        F.lit(int(round_no)).cast("long").alias("updated_round"),
-        F.col("b.src_fp").alias("source_fp"), F.col("b.url").alias("url"),
-        *[F.col(f"_moved.{c}").alias(c) for c in MOVED[2:]], "fetch_kind")
 
 
 # -- 6. the merge source ---------------------------------------------------------------------
@@ -413,7 +334,7 @@ def fetch_log_rows(prepared: DataFrame, updated: DataFrame, *, round_no: int) ->
 
 def link_rows(prepared: DataFrame, *, round_no: int) -> DataFrame:
     """Every outlink edge of the round's pages (followed or not), once per (src, dst, kind)."""
-    e = _edges(prepared).where(F.col("l.url_fp").isNotNull())
+    e = edges(prepared).where(F.col("l.url_fp").isNotNull())
     e = (e.groupBy("src_fp", F.col("l.url_fp").alias("dst_fp"), F.col("l.kind").alias("kind"))
          .agg(F.min(F.coalesce(F.col("l.nofollow"), F.lit(False))).alias("nofollow"),
               F.min(F.col("l.url")).alias("dst_url")))

@@ -169,12 +169,12 @@ def test_followed_is_updates_rule(spark):
     """crawlloop and update follow the same outlinks: admission.followed against update's Column, every case."""
     from pyspark.sql import functions as F
 
-    from jobs import update_transforms as T
+    from jobs import discover_transforms as DT
 
     combos = [(k, n) for k in ("a", "frame", "canonical", "redirect") for n in (True, False)]
     links = spark.createDataFrame([((f"http://a.test/{i}", i, k, n, "a.test"),) for i, (k, n) in enumerate(combos)],
                                   "l struct<url:string,url_fp:long,kind:string,nofollow:boolean,host:string>")
     for follow_nofollow in (False, True):
         got = {r.k: r.f for r in links.select(F.col("l.url_fp").alias("k"),
-                                              T._followed(F.col("l"), follow_nofollow).alias("f")).collect()}
+                                              DT.followed(F.col("l"), follow_nofollow).alias("f")).collect()}
         assert got == {i: followed(k, n, follow_nofollow=follow_nofollow) for i, (k, n) in enumerate(combos)}

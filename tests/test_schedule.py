@@ -13,6 +13,7 @@ from crawl_udfs import change_rate as R
 from jobs import hosts_transforms as HT
 from jobs import schedule_transforms as S
 from jobs import update_transforms as T
+from jobs.discover_transforms import discover
 from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT, HOSTS
 from tests.test_update import CONF, FIRST, NOW, T0, by_url, frame, link, listed, old, page, sec
 
@@ -220,8 +221,8 @@ def test_a_permanent_redirect_moves_history_and_score_to_its_new_target(spark):
     crawldb = frame(spark, [old(a + "old", **moved), old(a + "tmp", **moved)], CRAWLDB)
     flist = [listed(a + "old", score=3.0), listed(a + "tmp", score=3.0)]
     prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, flist, FETCH_LIST), crawldb)
-    got = by_url(T.discover(prepared, crawldb, CONF.scope, duplicates=None, follow_nofollow=False,
-                            default_interval_s=DAY, round_no=2, now=NOW))
+    got = by_url(discover(prepared, crawldb, CONF.scope, duplicates=None, follow_nofollow=False,
+                          default_interval_s=DAY, round_no=2, now=NOW))
     new, t2 = got[a + "new"], got[a + "t2"]
     assert {k: new[k] for k in (*T.MOVED, "score")} == {k: moved[k] for k in (*T.MOVED, "score")}
     assert t2["score"] == 3.0 and t2["change_count"] == 0 and t2["change_intervals_s"] is None  # 302: no move

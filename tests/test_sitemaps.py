@@ -186,6 +186,7 @@ def _verdict(item, body):
 def test_update_rules_robots_refresh_and_lastmod(spark):
     from jobs import sitemap_transforms as SM
     from jobs import update_transforms as T
+    from jobs.discover_transforms import discover
     from schemas.tables import CRAWLDB, FETCH_OUTPUT
 
     t0, now = dt.datetime(2026, 3, 1, 12), dt.datetime(2026, 3, 1, 13)
@@ -228,8 +229,8 @@ def test_update_rules_robots_refresh_and_lastmod(spark):
                                    "round long, partition int, url_fp long, host string, depth int, score double, "
                                    "redirect_hops int, url string")
     prepared = T.prepare(out, T.with_followed(listed, out), None)
-    found = {r["url"]: r for r in T.discover(prepared, crawldb, CONF.scope, duplicates=None, follow_nofollow=False,
-                                             default_interval_s=86400.0, round_no=1, now=now).collect()}
+    found = {r["url"]: r for r in discover(prepared, crawldb, CONF.scope, duplicates=None, follow_nofollow=False,
+                                           default_interval_s=86400.0, round_no=1, now=now).collect()}
     assert set(found) == {"http://a.test/brand-new", "http://a.test/child.xml"}
     assert found["http://a.test/child.xml"]["fetch_kind"] == SITEMAP and found["http://a.test/child.xml"]["depth"] == 1
     assert found["http://a.test/brand-new"]["fetch_kind"] is None

@@ -14,6 +14,7 @@ from crawl_udfs.url_normalize import fingerprint, host_of
 from jobs import hosts_transforms as HT
 from jobs import exact_dup_transforms as X
 from jobs import update_transforms as T
+from jobs.discover_transforms import discover
 from jobs.update_counters import Counters
 from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT, HOSTS
 
@@ -269,8 +270,8 @@ def _discovery_inputs(spark):
 
 def _discover(spark, conf):
     prepared, crawldb = _discovery_inputs(spark)
-    return by_url(T.discover(prepared, crawldb, conf.scope, duplicates=None, follow_nofollow=conf.parse.follow_nofollow,
-                             default_interval_s=conf.schedule.default_interval_s, round_no=4, now=NOW))
+    return by_url(discover(prepared, crawldb, conf.scope, duplicates=None, follow_nofollow=conf.parse.follow_nofollow,
+                           default_interval_s=conf.schedule.default_interval_s, round_no=4, now=NOW))
 
 
 def test_discovery_depth_score_dedup(spark):
@@ -323,7 +324,7 @@ def test_the_task_and_update_give_a_followed_link_the_same_depth_and_score(spark
     prepared = T.prepare(frame(spark, pages, FETCH_OUTPUT), frame(spark, flist, FETCH_LIST), frame(spark, [], CRAWLDB))
     for follow_nofollow in (False, True):
         conf = CONF.with_overrides(f"parse.follow_nofollow={str(follow_nofollow).lower()}", "scope.score_decay=0.7")
-        got = {u: (r["depth"], r["score"]) for u, r in by_url(T.discover(
+        got = {u: (r["depth"], r["score"]) for u, r in by_url(discover(
             prepared, frame(spark, [], CRAWLDB), conf.scope, duplicates=None, follow_nofollow=follow_nofollow,
             default_interval_s=1.0, round_no=1, now=NOW)).items()}
         task = TaskHosts(conf, PolitenessScheduler(conf.politeness, clock=lambda: 0.0))
@@ -360,7 +361,7 @@ def test_a_duplicates_links_enter_with_a_lower_score(spark):
     up = spark.createDataFrame([(fingerprint(a + "dup"), "duplicate", "ok"), (fingerprint(a + "other"), "duplicate",
                                 T.KEEP)], f"url_fp string, status string, {T.CAT} string")
     conf = CONF.with_overrides("scope.score_decay=0.8", "scope.duplicate_score_factor=0.25")
-    got = {u: r["score"] for u, r in by_url(T.discover(
+    got = {u: r["score"] for u, r in by_url(discover(
         prepared, crawldb, conf.scope, duplicates=up, follow_nofollow=False, default_interval_s=1.0, round_no=4,
         now=NOW)).items()}
     assert got == pytest.approx({a + "x": 1.0 * 0.25 * 0.8 / 2, a + "shared": 0.4 * 0.8, a + "canon": 1.0})
