@@ -346,9 +346,10 @@ def link_rows(prepared: DataFrame, *, round_no: int) -> DataFrame:
 def moved_to_known(prepared: DataFrame, known: DataFrame, *, round_no: int) -> DataFrame:
     """Rows ``_kind = moved`` for the known targets of the round's permanent redirects (301, 308).
 
-    A new target is inserted by :func:`discover` with its source's score and history; a target the
-    crawl DB knows gets here the larger of its score and the source's and, when it was never fetched,
-    the source's change history (:data:`MOVED`): what it knows of the page that moved. A fetched
+    A new target is inserted by :func:`jobs.discover_transforms.discover` with its source's score and
+    history; a target the crawl DB knows gets here the larger of its score and the source's and, when
+    it was never fetched, the source's change history (:data:`MOVED`): what it knows of the page that
+    moved. A fetched
     target keeps its own history (evidence about the URL as it is served now). Several sources: the
     highest score's (then the smallest ``url_fp``). ``known``: the crawl-DB rows keyed by the round's
     URLs and outlink targets (``jobs/crawldb_slice.py``), every column."""

@@ -251,5 +251,5 @@ def test_a_permanent_redirect_to_a_known_url_moves_the_score_and_the_history_if_
     assert {k: known[k] for k in (*T.MOVED, "score")} == {**hist, "score": 3.0}
     assert {k: seen[k] for k in (*T.MOVED, "score")} == {**own, "score": 9.0}   # the larger score: its own
     assert known["updated_round"] == 2 and known["status"] == "unfetched"
-    assert T.discover(prepared, crawldb, CONF.scope, duplicates=None, follow_nofollow=False,
-                      default_interval_s=DAY, round_no=2, now=NOW).count() == 0  # nothing new to insert
+    assert discover(prepared, crawldb, CONF.scope, duplicates=None, follow_nofollow=False,
+                    default_interval_s=DAY, round_no=2, now=NOW).count() == 0  # nothing new to insert
