@@ -223,7 +223,9 @@ def check_bytes_by_mime(crawl, capsys, queries):
     rows = rows_of(capsys, base, queries[0])
     stored = _df(spark, conf, "fetch_log").where("warc_filename IS NOT NULL").select("content_length").collect()
     assert sum(r["records"] for r in rows) == len(stored) > 0
-    assert sum(r["stored_bytes"] for r in rows) == sum(r[0] or 0 for r in stored)
+    # a revisit record (a 304: no body, no content type) has no content_length; SQL's sum of a group of
+    # nulls is null, counted here as the table side counts it: 0
+    assert sum(r["stored_bytes"] or 0 for r in rows) == sum(r[0] or 0 for r in stored)
     assert rows[0]["mime"] == "text/html"  # the test web is mostly HTML
     assert all(";" not in r["mime"] and r["mime"] == r["mime"].lower() for r in rows)
 
