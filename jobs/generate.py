@@ -162,11 +162,9 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
                              "delay_s", "crawl_delay_s", "dup_patterns")
     remaining = host_cap(max_per_host=max_per_host, max_pages_per_host=max_pages_per_host,
                          delay_window_s=delay_window_s)
-    allowed = (due.join(host_info, "host", "left")
-               .where(F.col("parked_until").isNull() | (F.col("parked_until") <= now_lit))
-               .where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))
-               .withColumn("remaining", remaining)
-               .where(F.col("remaining") > 0))
+    allowed = with_budget_left(due.join(host_info, "host", "left")
+                               .where(F.col("parked_until").isNull() | (F.col("parked_until") <= now_lit)),
+                               remaining, max_bytes_per_host)
     allowed = in_order(allowed, weights, pattern_action, pattern_score_factor)
 
     # Per-host cap. The literal bound lets Spark insert a map-side per-host top-k.
@@ -213,10 +211,17 @@ def next_due(crawldb, hosts, *, max_per_host: int, max_pages_per_host: int, max_
     eligible = crawldb.where(F.col("status").isin([s.value for s in ELIGIBLE])).select("host", "next_fetch_time")
     host_info = hosts.select("host", "parked_until", "pages_fetched", "bytes_fetched", "round_cap")
     remaining = host_cap(max_per_host=max_per_host, max_pages_per_host=max_pages_per_host, delay_window_s=None)
-    listable = (eligible.join(host_info, "host", "left")
-                .where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))
-                .where(remaining > 0))
+    listable = with_budget_left(eligible.join(host_info, "host", "left"), remaining, max_bytes_per_host)
     return listable.agg(F.min(F.greatest("next_fetch_time", "parked_until")).alias("at"))
+
+
+def with_budget_left(rows, remaining, max_bytes_per_host: int):
+    """``rows`` (with their host's ``bytes_fetched``) whose host may still be given URLs: bytes under
+    ``max_bytes_per_host`` and ``remaining`` (:func:`host_cap`) above 0, kept as column ``remaining``."""
+    from pyspark.sql import functions as F
+
+    return (rows.where(F.coalesce(F.col("bytes_fetched"), F.lit(0)) < F.lit(int(max_bytes_per_host)))
+            .withColumn("remaining", remaining).where(F.col("remaining") > 0))
 
 
 def next_due_epoch(spark, conf: Config) -> float | None:

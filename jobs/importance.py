@@ -28,8 +28,9 @@ The rule (Page et al.'s random surfer, with the host as the unit of trust):
   with no links does (the leak form of PageRank, whose order is that of the form which spreads
   the dangling pages' importance: Langville and Meyer, "Deeper inside PageRank", 2004);
 - the spread: ``1 - damping`` is given to the hosts in proportion to their URLs capped at
-  ``importance.spread_host_pages`` (C) and, within a host, to its pages equally, scaled so the
-  spread sums to the number of URLs (a mean importance <= 1). So a page of a host with at most C
+  ``importance.spread_host_pages`` (C) and, within a host, to its pages equally: (1 - damping) x
+  the number of URLs in all, so that without leaks importance sums to the number of URLs (a mean
+  importance <= 1). So a page of a host with at most C
   URLs gets the same part as any other such page, and a host of a million generated pages gets
   C pages' part. Capping, not spreading over hosts equally: a host known by one URL, never
   fetched, would otherwise give that URL a whole host's part (on a 3-round crawl of the test web,

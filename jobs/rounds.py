@@ -35,8 +35,7 @@ from jobs import common, ledger, pending_round
 from schemas import counters
 
 
-def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout, wait_s: float = 0.0,
-          sleep=time.sleep) -> int:
+def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout, wait_s: float = 0.0) -> int:
     """Run up to ``rounds`` rounds (generate, fetch, update each); returns how many were completed.
 
     When nothing is due it stops, or with ``wait_s`` > 0 (``crawl --wait``) it sleeps until the next
@@ -77,7 +76,7 @@ def crawl(spark, conf: Config, rounds: int, *, out: TextIO = sys.stdout, wait_s:
                     nap = _idle_wait(spark, conf, wait_s - idle, out)
                     if nap is None:
                         break
-                    sleep(nap)
+                    time.sleep(nap)
                     idle += nap
                     continue
                 idle = 0.0
