@@ -267,8 +267,8 @@ MOVED = ("change_count", "unchanged_count", "last_change_time", "change_interval
 def edges(prepared: DataFrame) -> DataFrame:
     """One row per outlink of a page row that has outlinks and was not kept (deferred or not attempted):
     ``src_fp``, the page's ``src_depth``/``src_score``/``src_hops``, ``_moved`` (a permanent redirect's
-    :data:`MOVED` columns), its ``outlinks`` and the link ``l``. For :func:`jobs.discover_transforms.discover`
-    and :func:`link_rows`."""
+    :data:`MOVED` columns), its ``outlinks`` and the link ``l``. For
+    :func:`jobs.discover_transforms.discover`, :func:`link_rows` and :func:`moved_to_known`."""
     src = prepared.where(F.col("outlinks").isNotNull() & (F.col(CAT) != KEEP))
     moved = F.when(F.col(CAT) == "redirect_perm", F.struct(*[F.col(f"o_{c}").alias(c) for c in MOVED]))
     return src.select(F.col("url_fp").alias("src_fp"), moved.alias("_moved"),
@@ -282,8 +282,9 @@ def edges(prepared: DataFrame) -> DataFrame:
 def merge_source(updated: DataFrame, new: DataFrame, budget: DataFrame, exhausted: DataFrame,
                  repointed: DataFrame | None = None, due: DataFrame | None = None,
                  moved: DataFrame | None = None) -> DataFrame:
-    """One row per url_fp (update > repoint > new > budget > due > moved), CRAWLDB columns + ``_kind`` + ``_was`` (the status
-    the row had in the crawl DB read, null for a URL absent from it: what the MERGE changes).
+    """One row per url_fp (update > repoint > new > budget > due > moved), CRAWLDB columns + ``_kind`` +
+    ``_was`` (the status the row had in the crawl DB read, null for a URL absent from it: what the MERGE
+    changes).
     ``repointed``: :func:`jobs.originals.repoint`'s crawl-DB rows (status, dup_of, updated_round: all the
     MERGE sets of a ``repoint`` row). ``due``: known URLs a sitemap makes due now (``jobs/sitemap_transforms.py``:
     ``next_fetch_time``, ``updated_round``, all the MERGE sets of a ``due`` row). ``moved``: :func:`moved_to_known`'s
@@ -349,18 +350,14 @@ def moved_to_known(prepared: DataFrame, known: DataFrame, *, round_no: int) -> D
     A new target is inserted by :func:`jobs.discover_transforms.discover` with its source's score and
     history; a target the crawl DB knows gets here the larger of its score and the source's and, when
     it was never fetched, the source's change history (:data:`MOVED`): what it knows of the page that
-    moved. A fetched
-    target keeps its own history (evidence about the URL as it is served now). Several sources: the
-    highest score's (then the smallest ``url_fp``). ``known``: the crawl-DB rows keyed by the round's
-    URLs and outlink targets (``jobs/crawldb_slice.py``), every column."""
+    moved. A fetched target keeps its own history (evidence about the URL as it is served now).
+    Several sources: the highest score's (then the smallest ``url_fp``); their edges are :func:`edges`'.
+    ``known``: the crawl-DB rows keyed by the round's URLs and outlink targets (``jobs/crawldb_slice.py``),
+    every column."""
     link = F.col("l")
-    src = (prepared.where((F.col(CAT) == "redirect_perm") & F.col("outlinks").isNotNull())
-           .select(F.col("url_fp").alias("src_fp"),
-                   F.coalesce(F.col("_list_score"), F.col("o_score"), F.lit(0.0)).alias("src_score"),
-                   F.struct(*[F.col(f"o_{c}").alias(c) for c in MOVED]).alias("src_hist"),
-                   F.explode("outlinks").alias("l"))
-           .where((link.getField("kind") == "redirect") & link.getField("url_fp").isNotNull())
-           .select(link.getField("url_fp").alias("url_fp"), "src_fp", "src_score", "src_hist"))
+    src = (edges(prepared).where(F.col("_moved").isNotNull() & (link.getField("kind") == "redirect")
+                                 & link.getField("url_fp").isNotNull())
+           .select(link.getField("url_fp").alias("url_fp"), "src_fp", "src_score", F.col("_moved").alias("src_hist")))
     best = F.max_by(F.struct("src_score", "src_hist"), F.struct("src_score", -F.col("src_fp"))).alias("b")
     by_target = src.groupBy("url_fp").agg(best)
     t = known.where(F.col("fetch_count").isNotNull()).join(by_target, "url_fp")  # by-URL rows of the slice
