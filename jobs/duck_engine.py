@@ -1,0 +1,123 @@
+"""The round's decisions on the driver: DuckDB over Arrow (issue 13 point 3, ``docs/UPDATE.md`` "Engine").
+
+Why: an update planned as ~12 Spark plans cost ~95 Spark jobs, ~0.2-0.4 s each (plan analysis, Delta
+snapshots, Parquet staging, the JIT), whatever the round's size: 23-29 s for a 10,000-URL round on
+``local[2]`` (``bench/verb_cost.py``). The decisions of a round (transition, duplicates, traps, budgets,
+new URLs) read only the round's rows and the crawl-DB rows they key, thousands to ~a million rows: one
+in-process DuckDB connection decides them in milliseconds. Spark keeps what is O(crawl DB): the one
+scan that gathers those rows, and the MERGEs.
+
+The crossing is Arrow both ways: :func:`from_spark` (``DataFrame.toArrow``: one job, the rows collected
+on the driver) and :func:`to_spark` (``createDataFrame`` of an Arrow table: no job until it is read).
+
+Conventions every ported transform keeps (``tests/duck_diff.py`` checks them against Spark's):
+
+- One function per Spark transform, same name, relations in the place of DataFrames, the same output
+  columns in the same order with the same types (:func:`cast_to` a Spark ``StructType``).
+- Timestamps are ``TIMESTAMPTZ`` in a connection whose ``TimeZone`` is UTC (Spark's session zone here).
+- Spark runs in ANSI mode (4.0's default): ``size(NULL)`` is NULL, as DuckDB's ``len(NULL)``.
+- ``CAST(double AS BIGINT)`` truncates in Spark and rounds in DuckDB: write ``CAST(trunc(x) AS BIGINT)``.
+- Spark sorts NULLs first ascending, DuckDB last: spell ``NULLS FIRST``/``NULLS LAST`` in every ORDER BY
+  and window whose keys may be NULL.
+- ``xxhash64(s)`` of Spark is :func:`crawl_udfs.url_normalize.fingerprint`: SQL ``spark_xxhash64(s)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+#: DuckDB's name for Spark's ``xxhash64`` of one string column (registered by :func:`connect`).
+XXHASH64 = "spark_xxhash64"
+
+
+def connect(threads: int = 2) -> duckdb.DuckDBPyConnection:
+    """A fresh in-memory connection in UTC with the project's SQL functions registered."""
+    con = duckdb.connect(config={"threads": max(1, int(threads))})
+    con.execute("SET TimeZone = 'UTC'")
+    con.create_function(XXHASH64, _xxhash64, [duckdb.sqltype("VARCHAR")], duckdb.sqltype("BIGINT"),
+                        type="arrow", null_handling="special")
+    return con
+
+
+def _xxhash64(urls: pa.Array) -> pa.Array:
+    from crawl_udfs.url_normalize import fingerprint
+    return pa.array([None if u is None else fingerprint(u) for u in urls.to_pylist()], pa.int64())
+
+
+def from_spark(con: duckdb.DuckDBPyConnection, df: Any, name: str) -> duckdb.DuckDBPyRelation:
+    """``df`` collected as Arrow (one Spark job) and registered in ``con`` as view ``name``."""
+    con.register(name, df.toArrow())
+    return con.view(name)
+
+
+def register(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation, name: str) -> duckdb.DuckDBPyRelation:
+    """``rel`` computed once into a temporary table ``name`` (what ``keep`` is to the Spark plan)."""
+    rel.create(name) if not _exists(con, name) else (con.execute(f'DROP TABLE "{name}"'), rel.create(name))
+    return con.table(name)
+
+
+def _exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]).fetchone()[0])
+
+
+def to_spark(spark: Any, rel: duckdb.DuckDBPyRelation, schema: Any):
+    """``rel`` as a Spark DataFrame of ``schema`` (a ``StructType``; its columns, in its order)."""
+    table = rel.to_arrow_table()
+    return spark.createDataFrame(table.select([f.name for f in schema.fields]), schema=schema)
+
+
+def cast_to(rel: duckdb.DuckDBPyRelation, schema: Any) -> duckdb.DuckDBPyRelation:
+    """``rel``'s columns named by ``schema`` (a Spark ``StructType``), in its order, cast to its types."""
+    return rel.select(", ".join(f'CAST("{f.name}" AS {sql_type(f.dataType)}) AS "{f.name}"' for f in schema.fields))
+
+
+def sql_type(t: Any) -> str:
+    """DuckDB's type for a Spark ``DataType``."""
+    from pyspark.sql import types as T
+    simple = {T.LongType: "BIGINT", T.IntegerType: "INTEGER", T.ShortType: "SMALLINT", T.ByteType: "TINYINT",
+              T.DoubleType: "DOUBLE", T.FloatType: "FLOAT", T.StringType: "VARCHAR", T.BooleanType: "BOOLEAN",
+              T.BinaryType: "BLOB", T.TimestampType: "TIMESTAMPTZ", T.TimestampNTZType: "TIMESTAMP",
+              T.DateType: "DATE"}
+    for cls, name in simple.items():
+        if isinstance(t, cls):
+            return name
+    if isinstance(t, T.ArrayType):
+        return f"{sql_type(t.elementType)}[]"
+    if isinstance(t, T.StructType):
+        return "STRUCT(" + ", ".join(f'"{f.name}" {sql_type(f.dataType)}' for f in t.fields) + ")"
+    if isinstance(t, T.MapType):
+        return f"MAP({sql_type(t.keyType)}, {sql_type(t.valueType)})"
+    raise TypeError(f"no DuckDB type for Spark type {t}")
+
+
+def ts(value: dt.datetime) -> str:
+    """A ``TIMESTAMPTZ`` SQL literal of a naive-UTC (or aware) datetime, to the microsecond."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return f"TIMESTAMPTZ '{value.astimezone(dt.timezone.utc).isoformat()}'"
+
+
+def plus_seconds(ts_sql: str, seconds_sql: str) -> str:
+    """``ts + seconds`` to the microsecond, as Spark's ``update_transforms.plus_seconds`` (truncated micros)."""
+    return f"(({ts_sql}) + to_microseconds(CAST(trunc(({seconds_sql}) * 1e6) AS BIGINT)))"
+
+
+def literal(value: Any) -> str:
+    """A SQL literal of a plain Python value (str, int, float, bool, None, datetime)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return f"CAST({value} AS BIGINT)"
+    if isinstance(value, float):
+        return f"CAST({value!r} AS DOUBLE)"
+    if isinstance(value, dt.datetime):
+        return ts(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    raise TypeError(f"no SQL literal for {type(value).__name__}")
