@@ -207,6 +207,8 @@ RULES: dict[str, Check] = {
     "generate.discovery_share": SHARE,
     "generate.pipeline": ANY,
     "generate.list_ahead": ANY,
+    "update.engine": one_of("spark", "driver"),
+    "update.driver_threads": COUNT,
     "generate.fetch_partitions": COUNT_OR_ZERO,
     "priority.importance_s": at_least(0),
     "priority.importance_decades": above(0),

@@ -37,7 +37,7 @@ XXHASH64 = "spark_xxhash64"
 def connect(threads: int = 2) -> duckdb.DuckDBPyConnection:
     """A fresh in-memory connection in UTC with the project's SQL functions registered."""
     con = duckdb.connect(config={"threads": max(1, int(threads))})
-    con.execute("SET TimeZone = 'UTC'")
+    con.sql("SET TimeZone = 'UTC'")
     con.create_function(XXHASH64, _xxhash64, [duckdb.sqltype("VARCHAR")], duckdb.sqltype("BIGINT"),
                         type="arrow", null_handling="special")
     return con
@@ -56,12 +56,9 @@ def from_spark(con: duckdb.DuckDBPyConnection, df: Any, name: str) -> duckdb.Duc
 
 def register(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation, name: str) -> duckdb.DuckDBPyRelation:
     """``rel`` computed once into a temporary table ``name`` (what ``keep`` is to the Spark plan)."""
-    rel.create(name) if not _exists(con, name) else (con.execute(f'DROP TABLE "{name}"'), rel.create(name))
+    con.sql(f'DROP TABLE IF EXISTS "{name}"')
+    rel.create(name)
     return con.table(name)
-
-
-def _exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]).fetchone()[0])
 
 
 def to_spark(spark: Any, rel: duckdb.DuckDBPyRelation, schema: Any):

@@ -209,14 +209,14 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
     def keep(df):  # intermediate results: written once, read back with a one-scan lineage
         return _staged(spark, df, f"{stage}/part-{next(kept)}")
     observed = Counters(now)
-    p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, near_dup_index=index, keep=keep,
-             observe=observed)
-    # the plan is computed once, into Parquet, before any commit; the counters by the same writes
-    sources = [("crawldb_source", p.crawldb_source), ("fetch_log", p.fetch_log), ("links", p.links)]
-    if p.near_dup_index is not None:
-        sources.append(("near_dup_index", p.near_dup_index))
-    staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in sources}
-    staged["hosts"] = p.hosts  # already staged by ``keep``
+    if conf.update.engine == "driver":  # the decisions in DuckDB on the driver (jobs/update_decide.py)
+        staged = _decided(spark, conf, n, now, crawldb, hosts, fetch_output, fetch_list, index, stage, observed)
+    else:
+        p = plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, near_dup_index=index, keep=keep,
+                 observe=observed)
+        # the plan is computed once, into Parquet, before any commit; the counters by the same writes
+        staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in _sources(p)}
+        staged["hosts"] = p.hosts  # already staged by ``keep``
     counts = {"near_duplicates": 0, "near_dup_index": 0, **observed.counts()}  # declared: written, 0 with the key off
     _merge_crawldb(spark, conf, staged["crawldb_source"], n, tag)
     _merge_hosts(spark, conf, staged["hosts"], n, tag)
@@ -227,6 +227,67 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
     if "near_dup_index" in staged:
         _append(conf, staged["near_dup_index"], "near_dup_index", n, tag)
     return counts
+
+
+def _sources(p: Plan) -> list[tuple[str, Any]]:
+    """The plan's MERGE and append sources (besides ``hosts``), by table."""
+    sources = [("crawldb_source", p.crawldb_source), ("fetch_log", p.fetch_log), ("links", p.links)]
+    if p.near_dup_index is not None:
+        sources.append(("near_dup_index", p.near_dup_index))
+    return sources
+
+
+def _decided(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_output, fetch_list, index,
+             stage: str, observed: Counters) -> dict[str, Any]:
+    """The driver engine: Spark gathers the keyed rows (``jobs/update_gather.py``, one crawl-DB scan), DuckDB
+    decides (``jobs/update_decide.py``), the sources are written to Parquet by pyarrow and read by Spark."""
+    from jobs import duck_engine as E
+    from jobs import update_decide
+    from jobs import update_gather as G
+
+    g = G.gather(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, near_dup_index=index, observe=observed)
+    con = E.connect(conf.update.driver_threads)
+    try:
+        inputs = {name: E.from_spark(con, df, name) for name, df in (
+            ("fetch_output", g.fetch_output), ("fetch_list", g.fetch_list), ("crawldb", g.crawldb), ("hosts", g.hosts))}
+        inputs["near_dup_index"] = None if g.near_dup_index is None else E.from_spark(con, g.near_dup_index,
+                                                                                      "near_dup_index")
+
+        def more(kind: str, keys):
+            read = G.repoint_rows if kind == "repoint" else G.budget_rows
+            return E.from_spark(con, read(crawldb, E.to_spark(spark, keys, _key_schema(kind))), f"more_{kind}")
+        p = update_decide.plan(con, inputs, conf, round_no=n, now=now, more=more, count=observed.count)
+        staged = {}
+        for name, rel in [*_sources(p), ("hosts", p.hosts)]:
+            schema = TABLES[name] if name != "crawldb_source" else _source_schema()
+            table = E.cast_to(rel, schema).to_arrow_table()  # computed once: counted and written from it
+            observed.count(name, con.from_arrow(table))
+            staged[name] = _staged_arrow(spark, table, schema, f"{stage}/{name}")
+        return staged
+    finally:
+        con.close()
+
+
+def _key_schema(kind: str):
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    return StructType([StructField("url_fp", LongType())] if kind == "repoint" else [StructField("host", StringType())])
+
+
+def _source_schema():
+    """The crawl-DB MERGE source: CRAWLDB columns, ``_kind`` and ``_was``."""
+    from pyspark.sql.types import StringType, StructField, StructType
+    return StructType([*CRAWLDB.fields, StructField("_kind", StringType()), StructField(T.WAS, StringType())])
+
+
+def _staged_arrow(spark, table, schema, path: str):
+    """An Arrow table written once as Parquet (pyarrow, any ``storage.root``) and read back by Spark with ``schema``."""
+    import pyarrow.parquet as pq
+
+    from jobs.warc_staging import filesystem
+    fs, base = filesystem(path)
+    fs.create_dir(base, recursive=True)
+    pq.write_table(table, f"{base}/part-0.parquet", filesystem=fs)
+    return spark.read.schema(schema).parquet(path)
 
 
 def staging_dir(conf: Config, n: int) -> str:

@@ -9,40 +9,45 @@ from jobs import update_transforms as T
 from schemas.status import ELIGIBLE, Status
 
 
-def _eligible(col) -> Any:
+def _eligible(col: str) -> str:
     """1 for a status generate may select (``schemas.status.ELIGIBLE``), else 0 (null too)."""
-    from pyspark.sql import functions as F
-    return F.when(col.isin([s.value for s in ELIGIBLE]), 1).otherwise(0).cast("long")
+    listed = ", ".join(f"'{s.value}'" for s in ELIGIBLE)
+    return f"CAST(CASE WHEN {col} IN ({listed}) THEN 1 ELSE 0 END AS BIGINT)"
 
 
-def _metrics(name: str, now: dt.datetime) -> list:
-    """The aggregate Columns counted over the rows of ``name`` (see :class:`Counters`)."""
-    from pyspark.sql import functions as F
-
-    def n(cond):
-        return F.sum(F.when(cond, 1).otherwise(0).cast("long"))
-    kind, status = F.col("_kind"), F.col("status")
+def metrics(name: str, now_sql: str) -> list[str]:
+    """The aggregates counted over the rows of ``name`` (see :class:`Counters`), as SQL that Spark and
+    DuckDB both read (``now_sql``: the round's time as a timestamp literal of the engine)."""
+    def n(cond: str) -> str:
+        return f"CAST(sum(CASE WHEN {cond} THEN 1 ELSE 0 END) AS BIGINT)"
     if name == "crawldb":  # every row of the pre-round snapshot
-        return [F.sum(_eligible(status)).alias("frontier_before")]
+        return [f"sum({_eligible('status')}) AS frontier_before"]
     if name == "crawldb_source":
         # what the MERGE changes: a matched row (update, budget) goes from _was to status; an
         # inserted one (update or new, absent from the snapshot: _was null) from nothing to status.
         # An inserted update row is a URL followed inside the round (fetch_output in_round): new too.
-        was = F.col(T.WAS)
-        inserted = kind.isin("update", "new") & was.isNull()
-        applied = (kind.isin("update", "budget", "repoint") & was.isNotNull()) | inserted
-        return [n(inserted).alias("new_urls"), n((kind == "update") & was.isNotNull()).alias("updated_urls"),
-                n(kind == "repoint").alias("repointed"), n(kind == "due").alias("sitemap_due"),
-                n(kind == "moved").alias("moved_to_known"),
-                n((kind == "update") & (status == Status.DUPLICATE.value)).alias("duplicates"),
-                n(status == Status.BUDGET_EXHAUSTED.value).alias("budget_exhausted"),
-                F.sum(F.when(applied, _eligible(status) - _eligible(was)).otherwise(0)).alias("frontier_change"),
-                *[n(status == s.value).alias(f"status_{s.value}") for s in Status]]
+        was = T.WAS
+        inserted = f"(_kind IN ('update', 'new') AND {was} IS NULL)"
+        applied = f"((_kind IN ('update', 'budget', 'repoint') AND {was} IS NOT NULL) OR {inserted})"
+        change = f"CASE WHEN {applied} THEN {_eligible('status')} - {_eligible(was)} ELSE 0 END"
+        counted = {"new_urls": inserted, "updated_urls": f"_kind = 'update' AND {was} IS NOT NULL",
+                   "repointed": "_kind = 'repoint'", "sitemap_due": "_kind = 'due'", "moved_to_known": "_kind = 'moved'",
+                   "duplicates": f"_kind = 'update' AND status = '{Status.DUPLICATE.value}'",
+                   "budget_exhausted": f"status = '{Status.BUDGET_EXHAUSTED.value}'",
+                   **{f"status_{s.value}": f"status = '{s.value}'" for s in Status}}
+        return [f"{n(cond)} AS {alias}" for alias, cond in counted.items()] + [f"sum({change}) AS frontier_change"]
     if name == "hosts":
-        parked = F.col("park_reason").startswith("trap:") & (F.col("parked_until") > T.ts(now))
-        return [F.count(F.lit(1)).alias("hosts_updated"), n(F.col("round_cap").isNotNull()).alias("hosts_throttled"),
-                n(parked).alias("hosts_trap_parked")]
-    return [F.count(F.lit(1)).alias("fetch_log_rows" if name == "fetch_log" else name)]
+        parked = f"(park_reason LIKE 'trap:%' AND parked_until > {now_sql})"
+        return ["count(*) AS hosts_updated", f"{n('round_cap IS NOT NULL')} AS hosts_throttled",
+                f"{n(parked)} AS hosts_trap_parked"]
+    return [f"count(*) AS {'fetch_log_rows' if name == 'fetch_log' else name}"]
+
+
+def spark_timestamp(now: dt.datetime) -> str:
+    """``now`` as a Spark SQL timestamp literal (the session's zone is UTC)."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=dt.timezone.utc)
+    return f"TIMESTAMP '{now.astimezone(dt.timezone.utc).isoformat()}'"
 
 
 class Counters:
@@ -61,16 +66,24 @@ class Counters:
     """
 
     def __init__(self, now: dt.datetime):
-        self.now, self.seen = now, {}
+        self.now, self.seen, self.direct = now, {}, {}
 
     def __call__(self, name: str, df):
         from pyspark.sql import Observation
+        from pyspark.sql import functions as F
         self.seen[name] = Observation(f"update_{name}")
-        return df.observe(self.seen[name], *_metrics(name, self.now))
+        return df.observe(self.seen[name], *[F.expr(m) for m in metrics(name, spark_timestamp(self.now))])
+
+    def count(self, name: str, rel) -> None:
+        """The same aggregates over a DuckDB relation (the driver engine's outputs: ``jobs/update_decide.py``)."""
+        from jobs.duck_engine import ts
+        found = rel.aggregate(", ".join(metrics(name, ts(self.now))))
+        self.direct.update(zip(found.columns, found.fetchall()[0]))
 
     def counts(self) -> dict[str, int]:
         """The counters (after every observed DataFrame ran its write); status_* only when not 0."""
         got = {k: int(v or 0) for o in self.seen.values() for k, v in o.get.items()}
+        got.update({k: int(v or 0) for k, v in self.direct.items()})
         out = {k: v for k, v in got.items() if v or not k.startswith("status_")}
         out["frontier_size"] = out.pop("frontier_before") + out.pop("frontier_change")
         return out

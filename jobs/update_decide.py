@@ -1,0 +1,106 @@
+"""The decisions of one round's update, on the driver: :func:`jobs.update.plan`'s chain over DuckDB relations.
+
+Same steps, same order, same rules as :func:`jobs.update.plan` (its docstring says what each does); each
+step is the DuckDB twin of the Spark transform of the same name (``jobs/duck_*.py``, checked against it
+by ``tests/test_duck_*.py``). Inputs are what :func:`jobs.update_gather.gather` collected; the two reads
+that depend on decisions (copies of originals that left, URLs of hosts out of budget) are asked of
+Spark through ``more`` only in a round that needs them. Outputs are relations of the MERGE and append
+sources, which :mod:`jobs.update` hands to Spark as Arrow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from typing import Any, Callable
+
+from crawl_udfs.config import Config
+from jobs import duck_engine as E
+from jobs.update import Plan
+
+
+def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.datetime,
+         more: Callable[[str, Any], Any], count: Callable[[str, Any], None] = lambda name, rel: None) -> Plan:
+    """The round's MERGE and append sources as relations. ``inputs``: relations ``fetch_output``,
+    ``fetch_list``, ``crawldb`` (the gathered rows), ``hosts``, ``near_dup_index`` (or None).
+    ``more(kind, keys)``: ``"repoint"`` with a relation of ``url_fp`` → the crawl-DB rows
+    :func:`jobs.update_gather.repoint_rows` gives; ``"budget"`` with a relation of ``host`` → those of
+    :func:`jobs.update_gather.budget_rows`; each as a relation. ``count(name, rel)``: the counters of the
+    near-duplicates found (``near_duplicates``), as ``observe`` in the Spark plan."""
+    from jobs import duck_discover as DD
+    from jobs import duck_duplicates as DX
+    from jobs import duck_hosts as DH
+    from jobs import duck_originals as DO
+    from jobs import duck_outputs as DOUT
+    from jobs import duck_patterns as DP
+    from jobs import duck_schedule as DS
+    from jobs import duck_sitemaps as DSM
+    from jobs import duck_transition as DT
+    from jobs.generate import max_urls_per_host
+
+    n = itertools.count()
+
+    def keep(rel):
+        return E.register(con, rel, f"_kept{next(n)}")
+
+    fetch_output, fetch_list, known = inputs["fetch_output"], inputs["fetch_list"], inputs["crawldb"]
+    hosts, index = inputs["hosts"], inputs.get("near_dup_index")
+    park = conf.politeness.failure_park_duration_s
+    prepared = keep(DT.prepare(con, fetch_output, DT.with_followed(con, fetch_list, fetch_output), known))
+    nxt = DT.host_next(con, hosts, fetch_output, park_duration_s=park, now=now)
+    priors = DS.host_priors(con, hosts, conf.schedule)
+    mu = None
+    if conf.schedule.policy == "adaptive":
+        mu = DS.round_multiplier(con, DT.with_rates(con, prepared, conf.schedule, priors), conf.schedule,
+                                 crawldb=known)
+    fresh = keep(DT.transition(con, prepared, nxt, conf.schedule, round_no=round_no, now=now, priors=priors,
+                               multiplier=mu))
+    members = keep(DX.exact_members(con, fresh, known))
+    dup_iv = conf.schedule.duplicate_interval_s
+    updated = DX.mark_duplicates(con, fresh, known, duplicate_interval_s=dup_iv, members=members)
+    demoted = DX.exact_demotions(con, members)
+    index_rows = near = None
+    if conf.dedup.near_duplicates:
+        k, d = conf.simhash.near_duplicate_bits, conf.dedup
+        cands = keep(DX.candidates(con, updated, prepared))
+        near = keep(DX.near_duplicate_of(con, cands, index, round_no=round_no, near_bits=k,
+                                         jaccard_threshold=d.jaccard_threshold, length_ratio=d.length_ratio,
+                                         max_bucket_rows=d.max_bucket_rows, left=DO.left_pages(con, known)))
+        count("near_duplicates", near)
+        updated = DX.mark_near_duplicates(con, updated, near, duplicate_interval_s=dup_iv)
+        index_rows = DX.index_rows(con, cands, near, round_no=round_no, near_bits=k)
+        demoted = demoted.union(DX.demotions(con, updated, near))
+    updated = keep(updated)
+    gone = keep(DO.leaving(con, updated, demoted))
+    repointed = None
+    if gone.aggregate("count(*)").fetchall()[0][0]:
+        stored = more("repoint", gone.select("url_fp"))
+        decided = keep(DO.repoint(con, updated, stored, gone))
+        updated = keep(DO.repointed(con, updated, decided))
+        repointed = DO.repointed_rows(con, decided, round_no=round_no)
+    new = DD.discover(con, prepared, known, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
+                      default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
+    sitemaps, due = DSM.robots_refresh(con, fetch_output, known, now=now, round_no=round_no, score=conf.inject.score,
+                                       default_interval_s=conf.schedule.default_interval_s)
+    new = DOUT.union_by_name(new, sitemaps)
+    due = DOUT.union_by_name(due, DSM.lastmod_due(con, prepared, known, now=now, round_no=round_no))
+    signals = DH.trap_signals(con, updated, near, known)
+    counts = DH.page_counts(con, updated).join(signals, "host", how="left")
+    hosts_new = DH.hosts_update(con, hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
+    hosts_new = DH.judge_traps(con, hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
+    budgets = (hosts, conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host)
+    hosts_new = DH.exhausted_hosts(con, hosts_new, *budgets)[0]
+    if conf.dedup.learn_patterns:
+        learnt = DP.learn(con, DP.stored_pages(con, known, updated), min_pages=conf.dedup.pattern_min_pages,
+                          min_share=conf.dedup.pattern_min_share)
+        hosts_new = DP.with_patterns(con, hosts_new, learnt)
+    hosts_new = keep(DH.conform_hosts(con, hosts_new))
+    _, reached, exhausted = DH.exhausted_hosts(con, hosts_new, *budgets)
+    reached = keep(reached)
+    budget_src = more("budget", reached.select("host")) if reached.aggregate("count(*)").fetchall()[0][0] else known
+    budget = DH.budget_rows(con, budget_src, reached, round_no=round_no)
+    moved = DOUT.moved_to_known(con, prepared, known, round_no=round_no)
+    source = DOUT.merge_source(con, updated, new, budget, exhausted, repointed, due, moved)
+    return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
+                fetch_log=DOUT.fetch_log_rows(con, prepared, updated, round_no=round_no),
+                links=DOUT.link_rows(con, prepared, round_no=round_no), near_dup_index=index_rows)
