@@ -239,8 +239,16 @@ def _sources(p: Plan) -> list[tuple[str, Any]]:
 
 def _decided(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_output, fetch_list, index,
              stage: str, observed: Counters) -> dict[str, Any]:
+    """The driver engine's sources (:func:`decide`), written to Parquet by pyarrow and read back by Spark."""
+    tables = decide(spark, conf, n, now, crawldb, hosts, fetch_output, fetch_list, index, observed)
+    return {name: _staged_arrow(spark, table, _schema(name), f"{stage}/{name}") for name, table in tables.items()}
+
+
+def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_output, fetch_list, index,
+           observed: Counters) -> dict[str, Any]:
     """The driver engine: Spark gathers the keyed rows (``jobs/update_gather.py``, one crawl-DB scan), DuckDB
-    decides (``jobs/update_decide.py``), the sources are written to Parquet by pyarrow and read by Spark."""
+    decides (``jobs/update_decide.py``). The MERGE and append sources as Arrow tables of their schemas, by
+    name (``crawldb_source``, ``fetch_log``, ``links``, ``hosts``, and ``near_dup_index`` when on), counted."""
     from jobs import duck_engine as E
     from jobs import update_decide
     from jobs import update_gather as G
@@ -257,26 +265,26 @@ def _decided(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetc
             read = G.repoint_rows if kind == "repoint" else G.budget_rows
             return E.from_spark(con, read(crawldb, E.to_spark(spark, keys, _key_schema(kind))), f"more_{kind}")
         p = update_decide.plan(con, inputs, conf, round_no=n, now=now, more=more, count=observed.count)
-        staged = {}
+        tables = {}
         for name, rel in [*_sources(p), ("hosts", p.hosts)]:
-            schema = TABLES[name] if name != "crawldb_source" else _source_schema()
-            table = E.cast_to(rel, schema).to_arrow_table()  # computed once: counted and written from it
-            observed.count(name, con.from_arrow(table))
-            staged[name] = _staged_arrow(spark, table, schema, f"{stage}/{name}")
-        return staged
+            tables[name] = E.cast_to(rel, _schema(name)).to_arrow_table()  # computed once: counted, then written
+            observed.count(name, con.from_arrow(tables[name]))
+        return tables
     finally:
         con.close()
+
+
+def _schema(name: str):
+    """The schema of a source: its table's, and for the crawl-DB MERGE source CRAWLDB + ``_kind``, ``_was``."""
+    from pyspark.sql.types import StringType, StructField, StructType
+    if name != "crawldb_source":
+        return TABLES[name]
+    return StructType([*CRAWLDB.fields, StructField("_kind", StringType()), StructField(T.WAS, StringType())])
 
 
 def _key_schema(kind: str):
     from pyspark.sql.types import LongType, StringType, StructField, StructType
     return StructType([StructField("url_fp", LongType())] if kind == "repoint" else [StructField("host", StringType())])
-
-
-def _source_schema():
-    """The crawl-DB MERGE source: CRAWLDB columns, ``_kind`` and ``_was``."""
-    from pyspark.sql.types import StringType, StructField, StructType
-    return StructType([*CRAWLDB.fields, StructField("_kind", StringType()), StructField(T.WAS, StringType())])
 
 
 def _staged_arrow(spark, table, schema, path: str):

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from crawl_udfs.config import Config
 from jobs import duck_engine as E
 from jobs.update import Plan
+from schemas.tables import TABLES
 
 
 def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.datetime,
@@ -94,7 +95,7 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
         learnt = DP.learn(con, DP.stored_pages(con, known, updated), min_pages=conf.dedup.pattern_min_pages,
                           min_share=conf.dedup.pattern_min_share)
         hosts_new = DP.with_patterns(con, hosts_new, learnt)
-    hosts_new = keep(DH.conform_hosts(con, hosts_new))
+    hosts_new = keep(E.cast_to(hosts_new, TABLES["hosts"]))
     _, reached, exhausted = DH.exhausted_hosts(con, hosts_new, *budgets)
     reached = keep(reached)
     budget_src = more("budget", reached.select("host")) if reached.aggregate("count(*)").fetchall()[0][0] else known
