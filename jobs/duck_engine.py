@@ -25,6 +25,7 @@ Conventions every ported transform keeps (``tests/duck_diff.py`` checks them aga
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from typing import Any
 
 import duckdb
@@ -46,6 +47,26 @@ def connect(threads: int = 2) -> duckdb.DuckDBPyConnection:
 def _xxhash64(urls: pa.Array) -> pa.Array:
     from crawl_udfs.url_normalize import fingerprint
     return pa.array([None if u is None else fingerprint(u) for u in urls.to_pylist()], pa.int64())
+
+
+_views = itertools.count()
+
+
+def query(con: duckdb.DuckDBPyConnection, sql: str, **rels: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """``sql`` with each ``{name}`` bound to the relation ``rels[name]``: a view of a fresh name (a lazy
+    relation re-binds its views when it runs, so a name is never reused)."""
+    n = next(_views)
+    views = {}
+    for name, rel in rels.items():
+        views[name] = f'"_v{n}_{name}"'
+        rel.create_view(f"_v{n}_{name}", replace=False)
+    return con.sql(sql.format(**views))
+
+
+def union_by_name(con: duckdb.DuckDBPyConnection, a: duckdb.DuckDBPyRelation,
+                  b: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """Spark's ``a.unionByName(b, allowMissingColumns=True)``: ``a``'s columns first, NULL where one lacks a column."""
+    return query(con, "SELECT * FROM {a} UNION ALL BY NAME SELECT * FROM {b}", a=a, b=b)
 
 
 def from_spark(con: duckdb.DuckDBPyConnection, df: Any, name: str) -> duckdb.DuckDBPyRelation:

@@ -260,6 +260,9 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
             ("fetch_output", g.fetch_output), ("fetch_list", g.fetch_list), ("crawldb", g.crawldb), ("hosts", g.hosts))}
         inputs["near_dup_index"] = None if g.near_dup_index is None else E.from_spark(con, g.near_dup_index,
                                                                                       "near_dup_index")
+        if conf.schedule.policy == "adaptive":  # the round's multiplier weighs the crawl DB's other stored pages
+            inputs["stored_buckets"] = E.from_spark(con, G.stored_buckets(crawldb, fetch_output, conf.schedule),
+                                                    "stored_buckets")
 
         def more(kind: str, keys):
             read = G.repoint_rows if kind == "repoint" else G.budget_rows

@@ -35,7 +35,6 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
     from jobs import duck_outputs as DOUT
     from jobs import duck_patterns as DP
     from jobs import duck_schedule as DS
-    from jobs import duck_sitemaps as DSM
     from jobs import duck_transition as DT
     from jobs.generate import max_urls_per_host
 
@@ -43,6 +42,9 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
 
     def keep(rel):
         return E.register(con, rel, f"_kept{next(n)}")
+
+    def rows(rel) -> int:
+        return rel.aggregate("count(*)").fetchall()[0][0]
 
     fetch_output, fetch_list, known = inputs["fetch_output"], inputs["fetch_list"], inputs["crawldb"]
     hosts, index = inputs["hosts"], inputs.get("near_dup_index")
@@ -53,7 +55,7 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
     mu = None
     if conf.schedule.policy == "adaptive":
         mu = DS.round_multiplier(con, DT.with_rates(con, prepared, conf.schedule, priors), conf.schedule,
-                                 crawldb=known)
+                                 cat=DT.CAT, stored=inputs.get("stored_buckets"))
     fresh = keep(DT.transition(con, prepared, nxt, conf.schedule, round_no=round_no, now=now, priors=priors,
                                multiplier=mu))
     members = keep(DX.exact_members(con, fresh, known))
@@ -70,37 +72,36 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
         count("near_duplicates", near)
         updated = DX.mark_near_duplicates(con, updated, near, duplicate_interval_s=dup_iv)
         index_rows = DX.index_rows(con, cands, near, round_no=round_no, near_bits=k)
-        demoted = demoted.union(DX.demotions(con, updated, near))
+        demoted = E.union_by_name(con, demoted, DX.demotions(con, updated, near))
     updated = keep(updated)
     gone = keep(DO.leaving(con, updated, demoted))
     repointed = None
-    if gone.aggregate("count(*)").fetchall()[0][0]:
-        stored = more("repoint", gone.select("url_fp"))
-        decided = keep(DO.repoint(con, updated, stored, gone))
+    if rows(gone):  # most rounds no original leaves, and nothing is re-pointed
+        decided = keep(DO.repoint(con, updated, more("repoint", gone.project("url_fp")), gone))
         updated = keep(DO.repointed(con, updated, decided))
         repointed = DO.repointed_rows(con, decided, round_no=round_no)
     new = DD.discover(con, prepared, known, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
                       default_interval_s=conf.schedule.default_interval_s, round_no=round_no, now=now)
-    sitemaps, due = DSM.robots_refresh(con, fetch_output, known, now=now, round_no=round_no, score=conf.inject.score,
-                                       default_interval_s=conf.schedule.default_interval_s)
-    new = DOUT.union_by_name(new, sitemaps)
-    due = DOUT.union_by_name(due, DSM.lastmod_due(con, prepared, known, now=now, round_no=round_no))
-    signals = DH.trap_signals(con, updated, near, known)
-    counts = DH.page_counts(con, updated).join(signals, "host", how="left")
-    hosts_new = DH.hosts_update(con, hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
-    hosts_new = DH.judge_traps(con, hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
+    sitemaps, due = DOUT.robots_refresh(con, fetch_output, known, now=now, round_no=round_no, score=conf.inject.score,
+                                        default_interval_s=conf.schedule.default_interval_s)
+    new = E.union_by_name(con, new, sitemaps)
+    due = E.union_by_name(con, due, DOUT.lastmod_due(con, prepared, known, now=now, round_no=round_no))
+    signals = DH.trap_signals(updated, near, known)
+    counts = E.query(con, "SELECT * FROM {c} LEFT JOIN {s} USING (host)", c=DH.page_counts(updated), s=signals)
+    hosts_new = DH.hosts_update(hosts, fetch_output, counts, park_duration_s=park, round_no=round_no, now=now)
+    hosts_new = DH.judge_traps(hosts_new, conf.trap, base_cap=max_urls_per_host(conf), now=now)
     budgets = (hosts, conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host)
-    hosts_new = DH.exhausted_hosts(con, hosts_new, *budgets)[0]
-    if conf.dedup.learn_patterns:
-        learnt = DP.learn(con, DP.stored_pages(con, known, updated), min_pages=conf.dedup.pattern_min_pages,
+    hosts_new = DH.exhausted_hosts(hosts_new, *budgets)[0]
+    if conf.dedup.learn_patterns:  # the round's hosts' duplicate URL patterns, from their pages as left now
+        learnt = DP.learn(con, DP.stored_pages(known, updated), min_pages=conf.dedup.pattern_min_pages,
                           min_share=conf.dedup.pattern_min_share)
-        hosts_new = DP.with_patterns(con, hosts_new, learnt)
+        hosts_new = DP.with_patterns(hosts_new, learnt)
     hosts_new = keep(E.cast_to(hosts_new, TABLES["hosts"]))
-    _, reached, exhausted = DH.exhausted_hosts(con, hosts_new, *budgets)
+    _, reached, exhausted = DH.exhausted_hosts(hosts_new, *budgets)
     reached = keep(reached)
-    budget_src = more("budget", reached.select("host")) if reached.aggregate("count(*)").fetchall()[0][0] else known
-    budget = DH.budget_rows(con, budget_src, reached, round_no=round_no)
-    moved = DOUT.moved_to_known(con, prepared, known, round_no=round_no)
+    budget_src = more("budget", reached.project("host")) if rows(reached) else known  # none reached: no row
+    budget = DH.budget_rows(budget_src, reached, round_no=round_no)
+    moved = DD.moved_to_known(con, prepared, known, round_no=round_no)
     source = DOUT.merge_source(con, updated, new, budget, exhausted, repointed, due, moved)
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=DOUT.fetch_log_rows(con, prepared, updated, round_no=round_no),

@@ -102,3 +102,13 @@ def budget_rows(crawldb: DataFrame, reached: DataFrame) -> DataFrame:
     from schemas.status import Status
     return (crawldb.where(F.col("status") == Status.UNFETCHED.value)
             .join(F.broadcast(reached.select("host").distinct()), "host", "left_semi"))
+
+
+def stored_buckets(crawldb: DataFrame, fetch_output: DataFrame, schedule) -> DataFrame:
+    """The crawl-DB aggregate of the adaptive policy's multiplier (``jobs.duck_schedule.stored_buckets_sql``:
+    per bucket of rate and weight, the stored pages outside the round), one small Spark job."""
+    from jobs.duck_schedule import stored_buckets_sql
+    spark = crawldb.sparkSession
+    crawldb.createOrReplaceTempView("_gather_crawldb")
+    fetch_output.where(F.col("kind") == "page").select("url_fp").createOrReplaceTempView("_gather_round_urls")
+    return spark.sql(stored_buckets_sql(schedule, "_gather_crawldb", "_gather_round_urls"))
