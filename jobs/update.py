@@ -281,7 +281,7 @@ def _schema(name: str):
     """The schema of a source: its table's, and for the crawl-DB MERGE source CRAWLDB + ``_kind``, ``_was``."""
     from pyspark.sql.types import StringType, StructField, StructType
     if name != "crawldb_source":
-        return TABLES[name]
+        return TABLES[name].schema
     return StructType([*CRAWLDB.fields, StructField("_kind", StringType()), StructField(T.WAS, StringType())])
 
 

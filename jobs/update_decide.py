@@ -96,7 +96,7 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
         learnt = DP.learn(con, DP.stored_pages(known, updated), min_pages=conf.dedup.pattern_min_pages,
                           min_share=conf.dedup.pattern_min_share)
         hosts_new = DP.with_patterns(hosts_new, learnt)
-    hosts_new = keep(E.cast_to(hosts_new, TABLES["hosts"]))
+    hosts_new = keep(E.cast_to(hosts_new, TABLES["hosts"].schema))
     _, reached, exhausted = DH.exhausted_hosts(hosts_new, *budgets)
     reached = keep(reached)
     budget_src = more("budget", reached.project("host")) if rows(reached) else known  # none reached: no row
