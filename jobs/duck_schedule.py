@@ -6,9 +6,10 @@ text by :data:`SQL_MATH` (the rule stays there, as for ``schedule_transforms.COL
 
 Crawl-DB rows read: none directly. :func:`with_history` reads the ``o_*`` columns :func:`jobs.duck_transition.prepare`
 joined (the rows of the round's page URLs). :func:`round_multiplier` needs, besides the round's rows, one
-aggregate of the whole crawl DB that the gather supplies as a small input (:data:`STORED_BUCKETS_SQL`:
-fetched / not_modified rows whose url_fp is none of the round's page rows, by (rate, weight) bucket:
-``br``, ``bw``, ``r_sum``, ``w_sum``, ``n``; from ``url_fp``, ``status``, ``change_rate``, ``score``).
+aggregate of the whole crawl DB that the gather supplies as a small input (:func:`stored_buckets_sql`, SQL
+text Spark SQL runs as it is: fetched / not_modified rows whose url_fp is none of the round's page rows, by
+(rate, weight) bucket: ``br``, ``bw``, ``r_sum``, ``w_sum``, ``n``; from the crawl DB's ``url_fp``,
+``status``, ``change_rate``, ``score``: one aggregate over the whole table, a few hundred rows at most).
 
 Spark-vs-DuckDB differences kept in mind here: DuckDB's ``log`` is base 10 (``ln`` is Spark's ``log``),
 and ``ln`` of 0 or less is -inf / NaN where Spark's is NULL; DuckDB has no ``expm1``; a literal ``0.5``
@@ -171,7 +172,8 @@ def with_history(con: duckdb.DuckDBPyConnection, df: duckdb.DuckDBPyRelation, sc
     sql = f"""
     WITH base AS (
       SELECT *, {stored} AS __stored, ({changed}) AS __changed,
-             (epoch_us(fetch_time) - epoch_us(coalesce(o_last_visit_time, o_warc_fetch_time))) / 1000000.0::DOUBLE AS __gap,
+             (epoch_us(fetch_time) - epoch_us(coalesce(o_last_visit_time, o_warc_fetch_time))) / 1000000.0::DOUBLE
+               AS __gap,
              CAST(floor(epoch_us(fetch_time) / 1000000) AS BIGINT) - {http_date_seconds('last_modified')} AS __since,
              coalesce(o_change_intervals_s, {empty}) AS __arr0, coalesce(o_unchanged_span_s, 0.0::DOUBLE) AS __span0
       FROM $df),
@@ -261,7 +263,8 @@ def round_multiplier(con: duckdb.DuckDBPyConnection, with_rates: duckdb.DuckDBPy
     round_rows = (f"SELECT {RATE} AS r, greatest({weight()}, {literal(R.MIN_WEIGHT)}) AS w "
                   f"FROM $rates WHERE ({cat}) IN ({cats})")
     rels = {"rates": with_rates}
-    others = "SELECT NULL::DOUBLE AS br, NULL::DOUBLE AS bw, 0.0::DOUBLE AS r_sum, 0.0::DOUBLE AS w_sum, 0::BIGINT AS n WHERE FALSE"
+    others = ("SELECT NULL::DOUBLE AS br, NULL::DOUBLE AS bw, 0.0::DOUBLE AS r_sum, 0.0::DOUBLE AS w_sum, "
+              "0::BIGINT AS n WHERE FALSE")
     if stored is not None:
         others, rels["stored"] = "SELECT br, bw, r_sum, w_sum, n FROM $stored", stored
     sql = f"""

@@ -109,7 +109,8 @@ def realistic_case(n_pages: int = 300, seed: int = 5):
     ok with outlinks, the others every other outcome; half the URLs with a stored copy and a history."""
     rnd = random.Random(seed)
     outcomes = ([("ok", 200)] * 12 + [("not_modified", 304)] * 3
-                + [("redirect", c) for c in (301, 302, 307, 308)] + [("http_error", c) for c in (404, 410, 403, 500, 429)]
+                + [("redirect", c) for c in (301, 302, 307, 308)]
+                + [("http_error", c) for c in (404, 410, 403, 500, 429)]
                 + [("error", None), ("robots_denied", None), ("robots_unavailable", None), ("deferred", None),
                    ("not_attempted", None), ("bad_redirect", 301)])
     hosts_n = [f"h{k}.test" for k in range(12)]
@@ -150,7 +151,8 @@ def realistic_case(n_pages: int = 300, seed: int = 5):
                             if stored else None,
                             unchanged_span_s=rnd.uniform(0, 30 * DAY) if stored else None,
                             change_rate=rnd.choice([None, 1e-6, 3e-5]), score=rnd.choice([0.0, 0.5, 2.0]),
-                            retries=rnd.randint(0, 5), fetch_count=rnd.randint(0, 9), gone_checks=rnd.choice([None, 1, 2]),
+                            retries=rnd.randint(0, 5), fetch_count=rnd.randint(0, 9),
+                            gone_checks=rnd.choice([None, 1, 2]),
                             fetch_interval_s=rnd.choice([3600.0, 86400.0, 9e6]), etag=rnd.choice([None, '"old"']),
                             dup_of=rnd.choice([None, 42]), redirect_to=rnd.choice([None, "http://x.test/"]),
                             next_fetch_time=T0 + sec(rnd.uniform(-DAY, DAY)), first_fetched=rnd.choice([None, FIRST])))

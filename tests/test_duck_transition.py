@@ -36,7 +36,8 @@ class Case:
     def __init__(self, spark, name: str):
         olds, hosts, fetch_output, fetch_list = CASES[name]()
         self.df = dict(crawldb=frame(spark, olds, CRAWLDB), hosts=frame(spark, hosts, HOSTS),
-                       fetch_output=frame(spark, fetch_output, FETCH_OUTPUT), fetch_list=frame(spark, fetch_list, FETCH_LIST))
+                       fetch_output=frame(spark, fetch_output, FETCH_OUTPUT),
+                       fetch_list=frame(spark, fetch_list, FETCH_LIST))
         self.con = E.connect()
         self.rel = duck_inputs(self.con, **self.df)
         d, r = self.df, self.rel
@@ -83,13 +84,15 @@ def case(spark, request):
 
 
 ALL = sorted(CASES)
-BY_POLICY = [(c, p) for c in ALL for p in POLICIES if c != "hosts"]
+BY_POLICY = [(c, p) for c in ALL for p in POLICIES]
 
 
 @pytest.mark.parametrize("case", ALL, indirect=True)
 def test_with_followed_prepare_and_host_next(case):
     assert_same(case.spark_followed, case.duck_followed)
     assert_same(case.spark_prepared, case.duck_prepared)
+    assert_same(T.prepare(case.df["fetch_output"], case.spark_followed, None),  # the edges' use: no crawl-DB read
+                DT.prepare(case.con, case.rel["fetch_output"], case.duck_followed, None))
     assert_same(case.spark_next, case.duck_next)
 
 
@@ -110,7 +113,7 @@ def test_transition(case, policy):
     assert_same(want, got)
 
 
-@pytest.mark.parametrize("case", ["table", "visits", "realistic"], indirect=True)
+@pytest.mark.parametrize("case", ["table", "visits", "gone", "realistic"], indirect=True)
 def test_round_multiplier(case):
     """The round's rows bucketed here, the crawl DB's others by the SQL the gather runs (buckets summed)."""
     spark_mu, duck_mu = case.multipliers("adaptive")
