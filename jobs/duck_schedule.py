@@ -1,0 +1,278 @@
+"""The re-crawl schedule in DuckDB SQL: ``jobs/schedule_transforms.py`` on the driver (``jobs/duck_engine.py``).
+
+Same functions, same contracts as the Spark twins (see their docstrings); a Column there is SQL text
+here, a DataFrame a ``DuckDBPyRelation``. The formulas are ``crawl_udfs.change_rate``'s, built as SQL
+text by :data:`SQL_MATH` (the rule stays there, as for ``schedule_transforms.COLUMN_MATH``).
+
+Crawl-DB rows read: none directly. :func:`with_history` reads the ``o_*`` columns :func:`jobs.duck_transition.prepare`
+joined (the rows of the round's page URLs). :func:`round_multiplier` needs, besides the round's rows, one
+aggregate of the whole crawl DB that the gather supplies as a small input (:func:`stored_buckets_sql`, SQL
+text Spark SQL runs as it is: fetched / not_modified rows whose url_fp is none of the round's page rows, by
+(rate, weight) bucket: ``br``, ``bw``, ``r_sum``, ``w_sum``, ``n``; from the crawl DB's ``url_fp``,
+``status``, ``change_rate``, ``score``: one aggregate over the whole table, a few hundred rows at most).
+
+Spark-vs-DuckDB differences kept in mind here: DuckDB's ``log`` is base 10 (``ln`` is Spark's ``log``),
+and ``ln`` of 0 or less is -inf / NaN where Spark's is NULL; DuckDB has no ``expm1``; a literal ``0.5``
+is a DECIMAL in DuckDB (every literal here is cast to DOUBLE).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import duckdb
+
+from crawl_udfs import change_rate as R
+from jobs.duck_engine import literal
+from jobs.schedule_transforms import GAP, HIST, PRIOR, RATE, SPAN, STORED_CATS
+from schemas.status import Status
+
+_ids = itertools.count()
+
+
+class Sql:
+    """A SQL expression (text) with Python's arithmetic and comparison operators, for ``crawl_udfs`` formulas."""
+
+    def __init__(self, text) -> None:
+        self.text = text.text if isinstance(text, Sql) else _num(text) if isinstance(text, (int, float)) else str(text)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def _op(self, op: str, other, right: bool = False) -> "Sql":
+        a, b = (Sql(other), self) if right else (self, Sql(other))
+        return Sql(f"({a} {op} {b})")
+
+    def __add__(self, o): return self._op("+", o)
+    def __radd__(self, o): return self._op("+", o, True)
+    def __sub__(self, o): return self._op("-", o)
+    def __rsub__(self, o): return self._op("-", o, True)
+    def __mul__(self, o): return self._op("*", o)
+    def __rmul__(self, o): return self._op("*", o, True)
+    def __truediv__(self, o): return self._op("/", o)
+    def __rtruediv__(self, o): return self._op("/", o, True)
+    def __gt__(self, o): return self._op(">", o)
+    def __ge__(self, o): return self._op(">=", o)
+    def __lt__(self, o): return self._op("<", o)
+    def __le__(self, o): return self._op("<=", o)
+    def __and__(self, o): return self._op("AND", o)
+    def __or__(self, o): return self._op("OR", o)
+    def __neg__(self): return Sql(f"(- {self})")
+    def __invert__(self): return Sql(f"(NOT {self})")
+
+
+def _num(x) -> str:
+    if isinstance(x, bool):
+        return "TRUE" if x else "FALSE"
+    return literal(float(x))
+
+
+class SqlMath:
+    """``crawl_udfs.change_rate.PlainMath`` as DuckDB SQL text (Spark semantics: ``ColumnMath``)."""
+
+    @staticmethod
+    def exp(x) -> Sql:
+        return Sql(f"exp({Sql(x)})")
+
+    @staticmethod
+    def log(x) -> Sql:  # Spark's log: natural, NULL at or below 0
+        x = Sql(x)
+        return Sql(f"(CASE WHEN {x} > 0 THEN ln({x}) END)")
+
+    @staticmethod
+    def expm1(x) -> Sql:
+        """exp(x) - 1 without the cancellation near 0 (DuckDB has no expm1): Taylor to x^5 below |x| = 1e-3
+        (relative error < 1e-18), exp(x) - 1 above (relative error < 3e-13)."""
+        x = Sql(x)
+        return Sql(f"(CASE WHEN abs({x}) < 1e-3 THEN {x} * (1 + {x} * (0.5::DOUBLE + {x} * ((1.0 / 6)::DOUBLE"
+                   f" + {x} * ((1.0 / 24)::DOUBLE + {x} * (1.0 / 120)::DOUBLE)))) ELSE exp({x}) - 1 END)")
+
+    lit = staticmethod(Sql)
+
+    @staticmethod
+    def when(cond, then, otherwise) -> Sql:
+        return Sql(f"(CASE WHEN {Sql(cond)} THEN {Sql(then)} ELSE {Sql(otherwise)} END)")
+
+    @staticmethod
+    def greatest(a, b) -> Sql:
+        return Sql(f"greatest({Sql(a)}, {Sql(b)})")
+
+    @staticmethod
+    def least(a, b) -> Sql:
+        return Sql(f"least({Sql(a)}, {Sql(b)})")
+
+    @staticmethod
+    def array_sum(values, term) -> Sql:
+        """Spark's ``aggregate(values, 0.0, acc + term)``: left to right, 0.0 for an empty list."""
+        n = next(_ids)
+        return Sql(f"list_reduce(list_transform({Sql(values)}, lambda _t{n}: {term(Sql(f'_t{n}'))}), "
+                   f"lambda _a{n}, _b{n}: _a{n} + _b{n}, 0.0::DOUBLE)")
+
+    @staticmethod
+    def bisect(lo, hi, steps: int, positive_at, **params) -> Sql:
+        """``ColumnMath.bisect``: the steps reduce over ``range(steps)``; the accumulator holds (lo, hi) and the
+        ``params``, so each input expression is evaluated once per row."""
+        n = next(_ids)
+        acc = f"_acc{n}"
+        mid = Sql(f"(({acc}.lo + {acc}.hi) / 2)")
+        up = positive_at(mid, **{k: Sql(f"{acc}.{k}") for k in params})
+        kept = "".join(f", '{k}': {acc}.{k}" for k in params)
+        step = (f"CASE WHEN {up} THEN {{'lo': {mid}, 'hi': {acc}.hi{kept}}} "
+                f"ELSE {{'lo': {acc}.lo, 'hi': {mid}{kept}}} END")
+        start = ("{'lo': CAST(" + str(Sql(lo)) + " AS DOUBLE), 'hi': CAST(" + str(Sql(hi)) + " AS DOUBLE)"
+                 + "".join(f", '{k}': {Sql(v)}" for k, v in params.items()) + "}")
+        return Sql(f"list_transform([list_reduce(range({int(steps)}), lambda {acc}, _i{n}: {step}, {start})], "
+                   f"lambda _r{n}: (_r{n}.lo + _r{n}.hi) / 2)[1]")
+
+
+SQL_MATH = SqlMath()
+
+
+def _views(con: duckdb.DuckDBPyConnection, **rels: duckdb.DuckDBPyRelation) -> dict[str, str]:
+    """Each relation as a view of a fresh name (for SQL text that joins several)."""
+    names = {}
+    for key, rel in rels.items():
+        names[key] = f"_da_{key}_{next(_ids)}"
+        rel.create_view(names[key], replace=True)
+    return names
+
+
+def query(con: duckdb.DuckDBPyConnection, sql: str, **rels: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """``sql`` with ``$name`` naming each relation of ``rels`` (a lazy relation); any other ``$`` is left alone."""
+    names = _views(con, **rels)
+    return con.sql(re.sub(r"\$(" + "|".join(names) + r")\b", lambda m: names[m.group(1)], sql))
+
+
+def col(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def http_date_seconds(header: str) -> str:
+    """As ``schedule_transforms.http_date_seconds`` (BIGINT epoch seconds, NULL when not an IMF-fixdate)."""
+    body = rf"regexp_extract({header}, '^\w{{3}}, (\d{{2}} \w{{3}} \d{{4}} \d{{2}}:\d{{2}}:\d{{2}}) GMT$', 1)"
+    return f"CAST(epoch(try_strptime({body}, '%d %b %Y %H:%M:%S')) AS BIGINT)"
+
+
+def host_priors(con: duckdb.DuckDBPyConnection, hosts: duckdb.DuckDBPyRelation, schedule) -> duckdb.DuckDBPyRelation:
+    """As ``schedule_transforms.host_priors``: ``host``, ``_prior_rate``."""
+    def z(c: str) -> Sql:
+        return Sql(f"coalesce(CAST({col(c)} AS DOUBLE), 0.0::DOUBLE)")
+    rate = R.host_rate(z("revisits"), z("revisit_changes"), z("revisit_span_s"), schedule.default_interval_s, SQL_MATH)
+    return query(con, f"SELECT host, {rate} AS {PRIOR} FROM $hosts", hosts=hosts)
+
+
+def with_history(con: duckdb.DuckDBPyConnection, df: duckdb.DuckDBPyRelation, schedule, *, cat: str,
+                 changed: str) -> duckdb.DuckDBPyRelation:
+    """As ``schedule_transforms.with_history``: ``df`` + :data:`GAP`, :data:`HIST`, :data:`SPAN`, :data:`RATE`."""
+    keep = int(schedule.change_history)
+    stored = f"({cat}) IN ({', '.join(literal(c) for c in STORED_CATS)})"
+    empty = "CAST([] AS DOUBLE[])"
+    own = ", ".join(col(c) for c in df.columns if c not in (GAP, HIST, SPAN, RATE))
+    sql = f"""
+    WITH base AS (
+      SELECT *, {stored} AS __stored, ({changed}) AS __changed,
+             (epoch_us(fetch_time) - epoch_us(coalesce(o_last_visit_time, o_warc_fetch_time))) / 1000000.0::DOUBLE
+               AS __gap,
+             CAST(floor(epoch_us(fetch_time) / 1000000) AS BIGINT) - {http_date_seconds('last_modified')} AS __since,
+             coalesce(o_change_intervals_s, {empty}) AS __arr0, coalesce(o_unchanged_span_s, 0.0::DOUBLE) AS __span0
+      FROM $df),
+    seen AS (
+      SELECT *, __stored AND __changed IS NOT NULL AND __gap > 0 AS __seen,
+             __changed AND __since IS NOT NULL AND __since > 0 AND __since < __gap AS __dated
+      FROM base),
+    grown AS (
+      SELECT *,
+             CASE WHEN NOT __changed THEN __arr0 WHEN __dated THEN list_concat(__arr0, [0.0::DOUBLE])
+                  ELSE list_concat(__arr0, [__gap]) END AS __grown,
+             CASE WHEN NOT __changed THEN __span0 + __gap WHEN __dated THEN __span0 + CAST(__since AS DOUBLE)
+                  ELSE __span0 END AS __span1
+      FROM seen),
+    history AS (
+      SELECT *, CASE WHEN __seen THEN __gap END AS {GAP},
+             CASE WHEN __seen THEN (CASE WHEN len(__grown) > {keep}
+                                         THEN list_slice(__grown, len(__grown) - {keep} + 1, len(__grown))
+                                         ELSE __grown END)
+                  ELSE o_change_intervals_s END AS {HIST},
+             CASE WHEN __seen THEN (CASE WHEN len(__grown) > {keep} THEN __span1 * {literal(keep / (keep + 1))}
+                                         ELSE __span1 END)
+                  ELSE o_unchanged_span_s END AS {SPAN}
+      FROM grown)
+    SELECT {own}, {GAP}, {HIST}, {SPAN}, {_rate(schedule, '__stored')} AS {RATE} FROM history"""
+    return query(con, sql, df=df)
+
+
+def _rate(schedule, stored: str) -> str:
+    if schedule.policy != "adaptive":  # the rate only adaptive reads: no bisection per row under the others
+        return f"CASE WHEN {stored} THEN CAST(NULL AS DOUBLE) ELSE o_change_rate END"
+    prior = f"coalesce({PRIOR}, {literal(1.0 / float(schedule.default_interval_s))})"
+    rate = R.change_rate(Sql(f"coalesce({HIST}, CAST([] AS DOUBLE[]))"), Sql(f"coalesce({SPAN}, 0.0::DOUBLE)"),
+                         Sql(prior), schedule.prior_changes, SQL_MATH)
+    return f"CASE WHEN {stored} THEN {rate} ELSE o_change_rate END"
+
+
+def weight() -> str:
+    """As ``schedule_transforms.weight``."""
+    return "coalesce(o_score, _list_score, 0.0::DOUBLE)"
+
+
+def policy_interval(schedule, *, changed: str, multiplier: float | None) -> str:
+    """As ``schedule_transforms.policy_interval`` (reads :data:`RATE`, ``o_*``)."""
+    default_iv = literal(float(schedule.default_interval_s))
+    lo, hi = float(schedule.min_interval_s), float(schedule.max_interval_s)
+    if schedule.policy == "fixed":
+        return default_iv
+    if schedule.policy == "nutch":
+        old_iv = Sql(f"coalesce(o_fetch_interval_s, {default_iv})")
+        nutch = R.nutch_interval(old_iv, Sql(changed), schedule.nutch_inc_rate, schedule.nutch_dec_rate, lo, hi,
+                                 SQL_MATH)
+        first = f"least(greatest({default_iv}, {literal(lo)}), {literal(hi)})"
+        return f"(CASE WHEN ({changed}) IS NULL THEN {first} ELSE {nutch} END)"
+    mu = 1.0 if multiplier is None else float(multiplier)
+    return str(R.adaptive_interval(Sql(RATE), Sql(weight()), mu, lo, hi, SQL_MATH))
+
+
+def gone_interval(checks: str, schedule) -> str:
+    """As ``schedule_transforms.gone_interval``."""
+    return (f"({literal(float(schedule.gone_interval_s))} * pow({literal(float(schedule.gone_backoff))}, "
+            f"CAST(({checks}) - 1 AS DOUBLE)))")
+
+
+def stored_buckets_sql(schedule, crawldb: str = "crawldb", round_urls: str = "round_urls") -> str:
+    """The crawl-DB aggregate :func:`round_multiplier` needs, as SQL text that Spark SQL and DuckDB both run
+    (``crawldb``: the table; ``round_urls``: a relation of the round's page ``url_fp``s): per (rate, weight)
+    bucket of the fetched / not_modified rows outside the round, ``br``, ``bw``, ``r_sum``, ``w_sum``, ``n``
+    (``schedule_transforms.round_multiplier``'s ``others``, summed rather than averaged so the round's rows
+    can join their buckets). Rates are never NULL here (coalesced); a rate of 0 is no bucket either engine
+    can average (the Spark twin fails on it too)."""
+    r = f"coalesce(change_rate, CAST({1.0 / float(schedule.default_interval_s)!r} AS DOUBLE))"
+    w = f"greatest(coalesce(score, CAST(0.0 AS DOUBLE)), CAST({R.MIN_WEIGHT!r} AS DOUBLE))"
+    return f"""
+    SELECT round(ln(r) * 2) AS br, round(ln(w) * 2) AS bw, sum(r) AS r_sum, sum(w) AS w_sum, count(1) AS n
+    FROM (SELECT {r} AS r, {w} AS w FROM {crawldb}
+          WHERE status IN ('{Status.FETCHED.value}', '{Status.NOT_MODIFIED.value}')
+            AND url_fp NOT IN (SELECT url_fp FROM {round_urls} WHERE url_fp IS NOT NULL)) o
+    GROUP BY round(ln(r) * 2), round(ln(w) * 2)"""
+
+
+def round_multiplier(con: duckdb.DuckDBPyConnection, with_rates: duckdb.DuckDBPyRelation, schedule, *, cat: str,
+                     stored: duckdb.DuckDBPyRelation | None) -> float:
+    """As ``schedule_transforms.round_multiplier``; the crawl DB's other stored pages come as ``stored``, the
+    bucket sums of :func:`stored_buckets_sql` (None: none)."""
+    cats = ", ".join(literal(c) for c in STORED_CATS)
+    round_rows = (f"SELECT {RATE} AS r, greatest({weight()}, {literal(R.MIN_WEIGHT)}) AS w "
+                  f"FROM $rates WHERE ({cat}) IN ({cats})")
+    rels = {"rates": with_rates}
+    others = ("SELECT NULL::DOUBLE AS br, NULL::DOUBLE AS bw, 0.0::DOUBLE AS r_sum, 0.0::DOUBLE AS w_sum, "
+              "0::BIGINT AS n WHERE FALSE")
+    if stored is not None:
+        others, rels["stored"] = "SELECT br, bw, r_sum, w_sum, n FROM $stored", stored
+    sql = f"""
+    WITH sums AS (
+      SELECT round(ln(r) * 2) AS br, round(ln(w) * 2) AS bw, sum(r) AS r_sum, sum(w) AS w_sum, count(1) AS n
+      FROM ({round_rows}) GROUP BY ALL
+      UNION ALL {others})
+    SELECT sum(r_sum) / sum(n) AS r, sum(w_sum) / sum(n) AS w, sum(n) AS n FROM sums GROUP BY br, bw"""
+    pages = [(r, w, n) for r, w, n in query(con, sql, **rels).fetchall()]
+    budget = sum(n for _, _, n in pages) / float(schedule.default_interval_s)
+    return R.multiplier(pages, budget, float(schedule.min_interval_s), float(schedule.max_interval_s))
