@@ -40,7 +40,7 @@ def test_the_driver_engine_writes_what_the_spark_plan_writes(spark, e2e_crawl, n
     now, crawldb, hosts, fetch_output, fetch_list, index = _inputs(spark, conf, n)
     by_spark = Counters(now)
     p = update.plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, near_dup_index=index,
-                    keep=lambda df: df.persist(), observe=by_spark)
+                    keep=lambda df: df.localCheckpoint(), observe=by_spark)
     spark_out = {"crawldb_source": by_spark("crawldb_source", p.crawldb_source), "hosts": p.hosts,
                  **{name: by_spark(name, common.conform(getattr(p, name), TABLES[name]))
                     for name in ("fetch_log", "links", "near_dup_index")}}
