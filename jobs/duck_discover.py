@@ -18,6 +18,12 @@ Crawl-DB rows each function reads (``crawldb``/``known``: what the engine's gath
   page rows and of every outlink target of them: every column) and :func:`round_hosts` (``host`` of
   every ``fetch_output`` row: ``crawldb_slice.HOST_COLUMNS`` only). Both key sets are computed here
   from ``fetch_output`` alone, so the gather can broadcast them from the driver.
+
+So for this group the gather is today's slice: by URL (:func:`round_keys`) ``url_fp``, ``host``, ``url``,
+``status``, ``score``, ``fetch_count``, ``last_fetch_time``, ``next_fetch_time`` and ``MOVED``
+(``duck_outputs.lastmod_due`` too); by host (:func:`round_hosts`) ``url_fp``, ``status``
+(``duck_outputs.robots_refresh``: a sitemap URL is on the host whose robots.txt names it).
+SQL is composed by :func:`query` (views of fresh names, never reused).
 """
 
 from __future__ import annotations

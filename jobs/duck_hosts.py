@@ -94,12 +94,16 @@ def trap_signals(updated: Rel, near: Rel | None, crawldb: Rel) -> Rel:
     """As :func:`jobs.hosts_transforms.trap_signals`: per host ``t_pages``, ``t_exact``, ``t_near``.
     An original's host, when the crawl DB and the round both have its row, is taken from either
     (the Spark twin's ``dropDuplicates``; one URL has one host)."""
-    rels = dict(updated=updated, crawldb=crawldb, **({"near": near} if near is not None else {}))
+    rels = dict(updated=updated, crawldb=crawldb)
+    if near is None:  # dedup.near_duplicates off: no page is a near copy
+        near_copy = "CAST(NULL AS BOOLEAN) AS _near FROM first c"
+    else:
+        rels["near"] = near
+        near_copy = "n._near FROM first c LEFT JOIN (SELECT url_fp, TRUE AS _near FROM $near) n ON c.url_fp = n.url_fp"
     return query(f"""
         WITH first AS (SELECT host, url_fp, status, dup_of FROM $updated WHERE "{FIRST}"),
         copies AS (
-            SELECT c.host, c.url_fp, c.dup_of, {"n._near" if near is not None else "CAST(NULL AS BOOLEAN)"} AS _near
-            FROM first c {"LEFT JOIN (SELECT url_fp, TRUE AS _near FROM $near) n USING (url_fp)" if near is not None else ""}
+            SELECT c.host, c.url_fp, c.dup_of, {near_copy}
             WHERE c.status = '{Status.DUPLICATE.value}'),
         originals AS (SELECT DISTINCT dup_of AS url_fp FROM copies),
         of_host AS (

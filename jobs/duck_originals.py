@@ -7,15 +7,19 @@ return SQL instead of a Column. The same-site test of rule 1 is the twin's own U
 (``jobs.originals._names_on_site``, over :func:`crawl_udfs.sites.same_site`), registered as a DuckDB
 Python function.
 
-What the crawl DB (``crawldb``: in the engine, the rows the round keys) must hold for these functions:
+What the crawl DB (``crawldb``: in the engine, the rows the round keys) must hold for these functions
+(every column of a row read, or at least those named):
 
 - :func:`left_pages`: the rows whose ``url_fp`` is one of the ``near_dup_index`` rows the lookup reads (those
-  of the round's candidates' block keys); columns ``url_fp``, ``status``.
-- :func:`repoint`: the rows whose ``url_fp`` or ``dup_of`` is one of ``gone``'s url_fps; columns
-  :data:`jobs.originals.REPOINT_COLUMNS`. ``gone`` (:func:`leaving`) is at most the round's url_fps, the
-  crawl-DB originals sharing a digest with the round's stored pages (``exact_members``' crawl-DB rows) and
-  the index pages of the lookup (``near_duplicate_of``'s demoted pages): a gather before the plan fetches
-  the rows whose ``dup_of`` is one of those.
+  of the round's candidates' block keys); ``url_fp``, ``status``.
+- :func:`repoint`: the rows whose ``url_fp`` or ``dup_of`` is one of ``gone``'s url_fps;
+  :data:`jobs.originals.REPOINT_COLUMNS`. ``gone`` (:func:`leaving`) is known only in the plan, but it is
+  within three sets known before it: the round's url_fps, the crawl-DB originals sharing a digest with the
+  round's stored pages (``exact_members``' crawl-DB rows: their ``exact_demotions``) and the index pages the
+  lookup reads (``demotions``). So the gather needs the rows of the second and third sets (the round's own
+  rows come from ``updated``) and the rows whose ``dup_of`` is in any of the three: for the second set a
+  second hop after the look-up by digest (a near copy of such an original does not share its digest). A
+  row missing here is a copy left pointing at a page that went.
 """
 
 from __future__ import annotations

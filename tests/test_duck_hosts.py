@@ -331,9 +331,10 @@ def _realistic(seed: int = 7):
         base = f"http://{host}/"
         trap = h == 3
         for i in range(30):
-            url = base + (f"print/a{i // 2}.html" if i % 2 and h % 2 == 0 else f"a{i}.html")
+            copy = i % 2 == 1 and h % 2 == 0  # a print version of the article before it
+            url = base + (f"print/a{i - 1}.html" if copy else f"a{i}.html")
             fetched_before = rnd.random() < 0.3
-            digest = "sha1:TRAP" if trap else f"sha1:{host}/a{i // 2 if i % 2 and h % 2 == 0 else i}"
+            digest = "sha1:TRAP" if trap else f"sha1:{host}/a{i - 1 if copy else i}"
             olds.append(TU.old(url, status="fetched" if fetched_before else "unfetched",
                                digest=(digest if rnd.random() < 0.5 else "sha1:older") if fetched_before else None,
                                fetch_count=1 if fetched_before else 0,
