@@ -126,10 +126,13 @@ class Meter:
 
 def instrument(meter: Meter) -> None:
     """Wrap the steps of generate.run and update.run (module attributes they look up at call time)."""
-    from jobs import common, generate, ledger, resolve, update
+    from jobs import common, duck_engine, generate, ledger, resolve, update, update_decide
 
     for mod, names in ((ledger, ("step", "set_state")), (resolve, ("run",)), (common, ("version",)),
-                       (update, ("plan", "_staged", "_merge_crawldb", "_merge_hosts", "_append", "_remove"))):
+                       (update, ("plan", "_staged", "_merge_crawldb", "_merge_hosts", "_append", "_remove",
+                                 "decide", "_staged_arrow")),
+                       (duck_engine, ("from_spark", "to_spark")),  # the driver engine's Arrow crossings
+                       (update_decide, ("plan",))):
         for n in names:
             meter.wrap(mod, n, f"{mod.__name__.split('.')[-1]}.{n}")
     # the rest of generate.run: its select + count + write, between resolve and the ledger write
