@@ -253,20 +253,28 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
     from jobs import update_decide
     from jobs import update_gather as G
 
-    g = G.gather(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, near_dup_index=index, observe=observed)
     con = E.connect(conf.update.driver_threads)
-    try:
-        inputs = {name: E.from_spark(con, df, name) for name, df in (
-            ("fetch_output", g.fetch_output), ("fetch_list", g.fetch_list), ("crawldb", g.crawldb), ("hosts", g.hosts))}
-        inputs["near_dup_index"] = None if g.near_dup_index is None else E.from_spark(con, g.near_dup_index,
-                                                                                      "near_dup_index")
+    try:  # the round's rows collected first: the key sets are computed from them on the driver, and each
+        # crawl-DB, hosts and index read is one scan joined with a broadcast of local rows
+        fo = E.from_spark(con, fetch_output, "fetch_output")
+        inputs = {"fetch_output": fo, "fetch_list": E.from_spark(con, fetch_list, "fetch_list"), "near_dup_index": None}
+        index_fps = None
+        if index is not None:
+            bk = E.to_spark(spark, G.block_keys(con, fo, conf.simhash.near_duplicate_bits), _key_schema("block_key"))
+            inputs["near_dup_index"] = E.from_spark(con, G.index_rows(index, bk, round_no=n), "near_dup_index")
+            index_fps = inputs["near_dup_index"].project("url_fp")
+        keys = G.Keys(**{name: E.to_spark(spark, rel, _key_schema(rel.columns[0]))
+                         for name, rel in G.keys(con, fo, index_fps).items()})
+        inputs["crawldb"] = E.from_spark(con, G.crawldb_rows(crawldb, keys, observe=observed), "crawldb")
+        inputs["hosts"] = E.from_spark(con, G.hosts_rows(hosts, keys, conf), "hosts")
         if conf.schedule.policy == "adaptive":  # the round's multiplier weighs the crawl DB's other stored pages
             inputs["stored_buckets"] = E.from_spark(con, G.stored_buckets(crawldb, fetch_output, conf.schedule),
                                                     "stored_buckets")
 
         def more(kind: str, keys):
             read = G.repoint_rows if kind == "repoint" else G.budget_rows
-            return E.from_spark(con, read(crawldb, E.to_spark(spark, keys, _key_schema(kind))), f"more_{kind}")
+            return E.from_spark(con, read(crawldb, E.to_spark(spark, keys, _key_schema(keys.columns[0]))),
+                                f"more_{kind}")
         p = update_decide.plan(con, inputs, conf, round_no=n, now=now, more=more, count=observed.count)
         tables = {}
         for name, rel in [*_sources(p), ("hosts", p.hosts)]:
@@ -285,9 +293,10 @@ def _schema(name: str):
     return StructType([*CRAWLDB.fields, StructField("_kind", StringType()), StructField(T.WAS, StringType())])
 
 
-def _key_schema(kind: str):
+def _key_schema(column: str):
+    """The one-column schema of a key set: ``url_fp``/``block_key`` (long), ``host``/``digest`` (string)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
-    return StructType([StructField("url_fp", LongType())] if kind == "repoint" else [StructField("host", StringType())])
+    return StructType([StructField(column, LongType() if column in ("url_fp", "block_key") else StringType())])
 
 
 def _staged_arrow(spark, table, schema, path: str):

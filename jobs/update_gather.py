@@ -37,55 +37,68 @@ from pyspark.sql import functions as F
 
 from crawl_udfs.config import Config
 from jobs import crawldb_slice as S
-from jobs import dedup_transforms as D
 from jobs import hosts_transforms as HT
 from jobs import originals as O
 
 
 @dataclass(frozen=True)
-class Gathered:
-    """Spark DataFrames of what the round's decisions read (each collected once by the engine)."""
+class Keys:
+    """The key sets of a round (small DataFrames, each broadcast; :func:`keys` computes them on the driver)."""
 
-    fetch_output: DataFrame
-    fetch_list: DataFrame
-    crawldb: DataFrame
-    hosts: DataFrame
-    near_dup_index: DataFrame | None
+    url_fps: DataFrame      # ``url_fp``: the round's URLs and outlink targets (1.), and the index rows' (4.)
+    digests: DataFrame      # ``digest``: the round's page digests (3.)
+    hosts: DataFrame        # ``host``: the hosts of the round's rows (2.)
+    link_hosts: DataFrame   # ``host``: those and the hosts of the round's outlinks (``hosts`` rows)
 
 
-def gather(crawldb: DataFrame, hosts: DataFrame, fetch_output: DataFrame, fetch_list: DataFrame, conf: Config, *,
-           round_no: int, near_dup_index: DataFrame | None = None,
-           observe: Callable[[str, Any], Any] = lambda name, df: df) -> Gathered:
-    """The keyed rows (see the module); ``observe`` is applied to the whole crawl-DB scan (name ``crawldb``)."""
-    pages = fetch_output.where(F.col("kind") == "page")
-    index = None
-    if near_dup_index is not None:
-        k = int(conf.simhash.near_duplicate_bits)
-        keys = (pages.where(F.col("simhash").isNotNull())
-                .select(F.explode(D.block_keys(F.col("simhash"), k)).alias("block_key")).distinct())
-        index = (near_dup_index.where(F.col("round") < F.lit(int(round_no)))
-                 .join(F.broadcast(keys), "block_key", "left_semi"))
-    by_url = S.round_keys(fetch_output).select("url_fp", F.lit(True).alias("_by_url"))
-    if index is not None:
-        by_url = by_url.unionByName(index.select("url_fp", F.lit(True).alias("_by_url"))).distinct()
-    digests = (pages.where(F.col("digest").isNotNull()).select("digest", F.lit(True).alias("_by_digest"))
-               .distinct())
-    round_hosts = fetch_output.where(F.col("host").isNotNull()).select("host").distinct()
+def keys(con, fetch_output, index_fps=None):
+    """The key sets from the round's rows collected on the driver (``fetch_output``: a DuckDB relation;
+    ``index_fps``: the gathered index rows' ``url_fp``, or None), as DuckDB relations by :class:`Keys` field."""
+    from jobs import duck_discover as DD
+    from jobs import duck_engine as E
+    by_url = DD.round_keys(con, fetch_output)
+    if index_fps is not None:
+        by_url = E.query(con, "SELECT url_fp FROM {a} UNION SELECT url_fp FROM {b}", a=by_url, b=index_fps)
+    pages = "SELECT * FROM {fo} WHERE kind = 'page'"
+    return {"url_fps": by_url,
+            "digests": E.query(con, f"SELECT DISTINCT digest FROM ({pages}) WHERE digest IS NOT NULL", fo=fetch_output),
+            "hosts": DD.round_hosts(con, fetch_output),
+            "link_hosts": E.query(con, f"""SELECT host FROM {{fo}} WHERE host IS NOT NULL
+                                           UNION SELECT unnest(outlinks).host AS host FROM ({pages})""", fo=fetch_output)}
+
+
+def block_keys(con, fetch_output, near_bits: int):
+    """``block_key`` of every SimHash of the round's page rows (a superset of the near-duplicate candidates')."""
+    from jobs import duck_duplicates as DX
+    from jobs import duck_engine as E
+    return E.query(con, f"""SELECT DISTINCT unnest({DX.block_keys('simhash', near_bits)}) AS block_key
+                            FROM {{fo}} WHERE kind = 'page' AND simhash IS NOT NULL""", fo=fetch_output)
+
+
+def index_rows(near_dup_index: DataFrame, block_keys: DataFrame, *, round_no: int) -> DataFrame:
+    """The ``near_dup_index`` rows of rounds before ``round_no`` whose ``block_key`` is one of ``block_keys``."""
+    return (near_dup_index.where(F.col("round") < F.lit(int(round_no)))
+            .join(F.broadcast(block_keys), "block_key", "left_semi"))
+
+
+def crawldb_rows(crawldb: DataFrame, keys: Keys, *, observe: Callable[[str, Any], Any] = lambda name, df: df
+                 ) -> DataFrame:
+    """The crawl-DB rows of the module's keys 1.-4., in one scan; ``observe`` gets the whole scan (``crawldb``)."""
     stored = F.col("status").isin(*O.ORIGINAL_STATUSES)
-    rows = (observe("crawldb", crawldb).join(F.broadcast(by_url), "url_fp", "left")
-            .join(F.broadcast(digests), "digest", "left")
-            .join(F.broadcast(round_hosts.select("host", F.lit(True).alias("_by_host"))), "host", "left"))
+    rows = (observe("crawldb", crawldb)
+            .join(F.broadcast(keys.url_fps.select("url_fp", F.lit(True).alias("_by_url"))), "url_fp", "left")
+            .join(F.broadcast(keys.digests.select("digest", F.lit(True).alias("_by_digest"))), "digest", "left")
+            .join(F.broadcast(keys.hosts.select("host", F.lit(True).alias("_by_host"))), "host", "left"))
     whole = F.col("_by_url").isNotNull() | (F.col("_by_digest").isNotNull() & stored)
     rows = rows.where(whole | F.col("_by_host").isNotNull())
-    rows = rows.select([F.col(c) if c in S.HOST_COLUMNS else F.when(whole, F.col(c)).alias(c) for c in crawldb.columns])
-    link_hosts = pages.select(F.explode("outlinks").alias("l")).select(F.col("l.host").alias("host"))
-    wanted = F.broadcast(round_hosts.unionByName(link_hosts).where(F.col("host").isNotNull()).distinct()
-                         .select("host", F.lit(True).alias("_wanted")))
+    return rows.select([F.col(c) if c in S.HOST_COLUMNS else F.when(whole, F.col(c)).alias(c) for c in crawldb.columns])
+
+
+def hosts_rows(hosts: DataFrame, keys: Keys, conf: Config) -> DataFrame:
+    """The ``hosts`` rows of the round's and its outlinks' hosts, and of every host out of budget."""
+    wanted = F.broadcast(keys.link_hosts.select("host", F.lit(True).alias("_wanted")))
     out_of_budget = HT.budget_reason(conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host).isNotNull()
-    host_rows = (hosts.join(wanted, "host", "left").where(F.col("_wanted").isNotNull() | out_of_budget)
-                 .select(*hosts.columns))
-    return Gathered(fetch_output=fetch_output, fetch_list=fetch_list, crawldb=rows, hosts=host_rows,
-                    near_dup_index=index)
+    return hosts.join(wanted, "host", "left").where(F.col("_wanted").isNotNull() | out_of_budget).select(*hosts.columns)
 
 
 def repoint_rows(crawldb: DataFrame, gone_fps: DataFrame) -> DataFrame:
