@@ -29,7 +29,6 @@ SQL is composed by :func:`query` (views of fresh names, never reused).
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 from typing import Any
 
 import duckdb
@@ -37,23 +36,11 @@ import duckdb
 from crawl_udfs.admission import SAME_DOC_KINDS, link_depth, link_score
 from crawl_udfs.sitemaps import CHILD_KIND, SITEMAP
 from jobs.crawldb_slice import HOST_COLUMNS
-from jobs.duck_engine import literal, ts
+from jobs.duck_engine import literal, query, ts
 from jobs.update_transforms import CAT, KEEP, MOVED
 from schemas.status import Status
 
 Rel = duckdb.DuckDBPyRelation
-_names = itertools.count()
-
-
-def query(con: duckdb.DuckDBPyConnection, sql: str, **rels: Rel) -> Rel:
-    """``sql`` with each ``{name}`` bound to the relation ``rels[name]`` (a view of a fresh name: a lazy
-    relation re-binds its views when it runs, so a name is never reused)."""
-    n = next(_names)
-    views = {}
-    for name, rel in rels.items():
-        views[name] = f'"_dc{n}_{name}"'
-        rel.create_view(f"_dc{n}_{name}", replace=False)
-    return con.sql(sql.format(**views))
 
 
 def sql_list(values) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import re
 from typing import Any
 
 import duckdb
@@ -52,15 +53,18 @@ def _xxhash64(urls: pa.Array) -> pa.Array:
 _views = itertools.count()
 
 
-def query(con: duckdb.DuckDBPyConnection, sql: str, **rels: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    """``sql`` with each ``{name}`` bound to the relation ``rels[name]``: a view of a fresh name (a lazy
-    relation re-binds its views when it runs, so a name is never reused)."""
+def query(con: duckdb.DuckDBPyConnection | None, sql: str, **rels: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """``sql`` over ``rels``, each named in it as ``{name}`` or ``$name``: a view of a fresh name per relation
+    (a lazy relation re-binds its views when it runs, so a name is never reused, and a relation passed in
+    never meets a table of the same name). Other braces and dollars are left alone. ``con`` None: the
+    first relation's connection."""
     n = next(_views)
     views = {}
     for name, rel in rels.items():
         views[name] = f'"_v{n}_{name}"'
         rel.create_view(f"_v{n}_{name}", replace=False)
-    return con.sql(sql.format(**views))
+    text = re.sub(r"\{(\w+)\}|\$(\w+)\b", lambda m: views.get(m.group(1) or m.group(2), m.group(0)), sql)
+    return con.sql(text) if con is not None else next(iter(rels.values())).query(f"_v{n}", text)
 
 
 def union_by_name(con: duckdb.DuckDBPyConnection, a: duckdb.DuckDBPyRelation,

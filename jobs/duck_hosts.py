@@ -26,29 +26,22 @@ What each function reads of the crawl DB and of ``hosts`` (for the gather):
 from __future__ import annotations
 
 import datetime as dt
-import itertools
-from string import Template
 
 import duckdb
 
 from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
+from jobs import duck_engine as E
 from jobs.duck_engine import cast_to, literal, plus_seconds, ts
 from jobs.schedule_transforms import GAP
 from jobs.update_transforms import BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE
 from schemas.status import Status
 
 Rel = duckdb.DuckDBPyRelation
-_views = itertools.count()
 
 
 def query(sql: str, **rels: Rel) -> Rel:
-    """``sql`` over ``rels``: each relation a view of a fresh name, named ``$key`` in ``sql`` (lazy)."""
-    n = next(_views)
-    names = {}
-    for key, rel in rels.items():
-        names[key] = f"_dd{n}_{key}"
-        rel.create_view(names[key])
-    return next(iter(rels.values())).query(f"_dd{n}", Template(sql).substitute(names))
+    """:func:`jobs.duck_engine.query` on the first relation's connection."""
+    return E.query(None, sql, **rels)
 
 
 class SqlExpr:

@@ -24,13 +24,12 @@ What the crawl DB (``crawldb``: in the engine, the rows the round keys) must hol
 
 from __future__ import annotations
 
-import itertools
 import weakref
 
 import duckdb
 import pyarrow as pa
 
-from jobs.duck_engine import literal
+from jobs.duck_engine import literal, query
 from jobs.originals import (BY_CANONICAL, LEAVING_STATUSES, MEMBER_COLUMNS, ORIG, ORIGINAL_STATUSES,
                             REPOINT_COLUMNS, _names_on_site)
 from schemas.status import Status
@@ -38,22 +37,7 @@ from schemas.status import Status
 Rel = duckdb.DuckDBPyRelation
 #: DuckDB's name for the twin's same-site UDF (registered by :func:`functions`).
 NAMES_ON_SITE = "names_on_site"
-_views = itertools.count()
-_view_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # relation -> its view's name
 _registered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> names of its functions
-
-
-def query(con: duckdb.DuckDBPyConnection, text: str, **rels: Rel) -> Rel:
-    """``text`` as a lazy relation of ``con``, each ``{name}`` in it naming the relation ``rels[name]``
-    (a temporary view of a name of its own, one per relation: a relation passed in never meets a table of
-    the same name)."""
-    names = {}
-    for name, rel in rels.items():
-        if rel not in _view_of:
-            _view_of[rel] = f"_q{next(_views)}_{name}"
-            rel.create_view(_view_of[rel], replace=True)
-        names[name] = _view_of[rel]
-    return con.sql(text.format(**names))
 
 
 def functions(con: duckdb.DuckDBPyConnection) -> None:

@@ -19,12 +19,11 @@ is a DECIMAL in DuckDB (every literal here is cast to DOUBLE).
 from __future__ import annotations
 
 import itertools
-import re
 
 import duckdb
 
 from crawl_udfs import change_rate as R
-from jobs.duck_engine import literal
+from jobs.duck_engine import literal, query
 from jobs.schedule_transforms import GAP, HIST, PRIOR, RATE, SPAN, STORED_CATS
 from schemas.status import Status
 
@@ -127,21 +126,6 @@ class SqlMath:
 
 
 SQL_MATH = SqlMath()
-
-
-def _views(con: duckdb.DuckDBPyConnection, **rels: duckdb.DuckDBPyRelation) -> dict[str, str]:
-    """Each relation as a view of a fresh name (for SQL text that joins several)."""
-    names = {}
-    for key, rel in rels.items():
-        names[key] = f"_da_{key}_{next(_ids)}"
-        rel.create_view(names[key], replace=True)
-    return names
-
-
-def query(con: duckdb.DuckDBPyConnection, sql: str, **rels: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    """``sql`` with ``$name`` naming each relation of ``rels`` (a lazy relation); any other ``$`` is left alone."""
-    names = _views(con, **rels)
-    return con.sql(re.sub(r"\$(" + "|".join(names) + r")\b", lambda m: names[m.group(1)], sql))
 
 
 def col(name: str) -> str:
