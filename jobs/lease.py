@@ -32,14 +32,14 @@ Guarantees:
 Expiry compares the holder's wall clock (written) with the reader's: machines
 sharing a ``storage.root`` need clocks within a small part of ``lease.ttl_s``.
 
-**On S3 the put-if-absent is not atomic across drivers** with Delta's default S3 LogStore
-(``S3SingleDriverLogStore``: an existence check and a put, serialised only inside one JVM), and
-neither are Delta's own commits. So on an ``s3a://`` root a writing command refuses to start
-(:func:`refuse_unsafe_storage`) unless the deployment declares one driver at a time
-(``storage.s3_single_driver``: then the lease still turns away a command started while another
-holds it, but not two started within the same few milliseconds, and ``--force`` is refused: a forced
-takeover beside a live writer could silently lose a Delta commit) or configures Delta's DynamoDB
-LogStore, whose put-if-absent is a conditional write in DynamoDB.
+**On S3** the records are put with S3's conditional write (``If-None-Match: *``,
+:mod:`jobs.records`), not through Delta's default S3 LogStore (``S3SingleDriverLogStore``: an
+existence check and a put, serialised only inside one JVM), so the lease holds across drivers there
+too. Delta's own commits through that LogStore do not: two drivers committing one version can
+silently overwrite each other, as a writer taken over alive (forced, or stalled past its expiry)
+could. So on an ``s3a://`` root a writing command refuses to start (:func:`refuse_unsafe_storage`)
+unless the deployment declares one driver at a time (``storage.s3_single_driver``; ``--force`` is then
+refused) or configures Delta's DynamoDB LogStore, whose commits are conditional writes in DynamoDB.
 """
 
 from __future__ import annotations

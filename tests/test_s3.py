@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -137,3 +141,24 @@ def test_politeness_holds_on_the_bucket(crawled):
     note("s3 crawl (server-side): " + v.summary().replace("\n", "; "))
     assert len(log) > 20
     assert v.clean, v.summary()
+
+
+def test_records_put_if_absent_is_the_servers_conditional_write(s3_server, tmp_path):
+    """The lease's and ledger's records on S3 (jobs/records.py): a second put of a name is refused by the
+    server itself (a PUT answered 412 in the server's log, not an existence check that a driver in another
+    JVM could pass at the same moment), so of two drivers taking the lease at once only one wins."""
+    bucket = s3_server.bucket("records")
+    overlay = tmp_path / "probe.toml"
+    overlay.write_text(s3_server.storage_toml(bucket, PREFIX)
+                       + '[spark]\nmaster = "local[1]"\ndriver_memory = "1g"\n' + SPARK_LINE)
+    proc = subprocess.run([sys.executable, "-m", "tests.s3_records_probe", str(overlay)], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **s3_server.env},
+                          cwd=Path(__file__).resolve().parents[1])
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, (proc.stdout + proc.stderr)[-4000:]
+    got = json.loads(lines[-1])
+    assert got == {"puts": [True, False, False], "text": '{"writer": "a"}'}, got
+    key = f"/{bucket}/{PREFIX}/probe/00000000000000000001.json"
+    log = re.sub(r"\x1b\[[0-9;]*m", "", s3_server.log.read_text(errors="replace"))  # werkzeug colours errors
+    refused = [ln for ln in log.splitlines() if f'"PUT {key} ' in ln and '" 412 ' in ln]
+    assert len(refused) == 2, f"the server refused {len(refused)} of the 2 later puts of {key}"
