@@ -107,6 +107,12 @@ WARC_RECORD_TYPES = ("warcinfo", "response", "resource", "request", "metadata", 
 
 RULES: dict[str, Check] = {
     "storage.root": NON_EMPTY,
+    "storage.s3_endpoint": matching(r"(https?://[^/\s]+/?)?", "empty or an http(s):// URL of a host[:port]"),
+    "storage.s3_path_style": ANY,
+    "storage.s3_region": matching(r"[a-z0-9-]*", "empty or a region name such as us-east-1"),
+    "storage.s3_access_key_env": matching(r"([A-Za-z_][A-Za-z0-9_]*)?", "empty or an environment variable's name"),
+    "storage.s3_secret_key_env": matching(r"([A-Za-z_][A-Za-z0-9_]*)?", "empty or an environment variable's name"),
+    "storage.s3_single_driver": ANY,
     "spark.master": NON_EMPTY,
     "spark.app_name": NON_EMPTY,
     "spark.local_max_failures": COUNT,

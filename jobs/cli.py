@@ -128,6 +128,8 @@ def _dispatch(args, conf) -> int:
     from jobs import lease
     from jobs.session import build_session
 
+    if args.command in WRITERS:
+        lease.refuse_unsafe_storage(conf, force=args.force)  # before the JVM: a config-only decision
     if not _debug(args):
         _quiet_query_logs()
     spark = build_session(conf, app_suffix=args.command)

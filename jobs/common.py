@@ -34,6 +34,13 @@ def root(conf: Config) -> str:
     return r
 
 
+def store(conf: Config):
+    """How ``pyarrow.fs`` reaches ``storage.root``: its S3 options (credentials resolved from the
+    environment, in the driver) when it is on S3, else None (:mod:`jobs.object_store`)."""
+    from jobs import object_store
+    return object_store.options(conf) if object_store.is_s3(root(conf)) else None
+
+
 def table_path(conf: Config, name: str) -> str:
     return f"{root(conf)}/tables/{name}"
 

@@ -333,7 +333,7 @@ def run(spark, conf: Config, out_dir: str, *, full: bool = False) -> dict[str, i
             export_files.remove(os.path.join(out_dir, part))
             os.rename(os.path.join(target, part), os.path.join(out_dir, part))
     export_files.remove(tmp)
-    export_record.write(common.root(conf), out_dir, c.crawl_id, counts)  # what `deltacrawl lookup` reads
+    export_record.write(common.root(conf), out_dir, c.crawl_id, counts, conf)  # what `deltacrawl lookup` reads
     return counts
 
 
@@ -353,7 +353,7 @@ def _export_rounds(spark, conf: Config, todo: list[int], target: str, scratch: s
               .where(F.col("warc_filename").isNotNull()).distinct().collect()):
         files[int(r["round"])].append(r["warc_filename"])
     counts = export_files.place_warc_files([n for names in files.values() for n in names], common.warc_root(conf),
-                                           os.path.join(target, "warc"), hard_link=c.hard_link)
+                                           os.path.join(target, "warc"), hard_link=c.hard_link, store=conf)
     counts["cdxj_lines"] = sum(
         export_files.write_cdxj(target, files[n], os.path.join(target, "cdxj", export_files.cdxj_file_name(n)),
                                 records=list(c.cdxj_records)) for n in todo)

@@ -60,16 +60,18 @@ def _write_whole(path: str, data: bytes) -> None:
 
 
 # -- WARC files ----------------------------------------------------------------------------------------
-def place_warc_files(names: list[str], src_dir: str, dst_dir: str, *, hard_link: bool) -> dict[str, int]:
+def place_warc_files(names: list[str], src_dir: str, dst_dir: str, *, hard_link: bool,
+                     store=None) -> dict[str, int]:
     """Put each named WARC file of ``src_dir`` into ``dst_dir``: a hard link when allowed and possible
     (same filesystem), else a byte copy (to a temp name, renamed). A file already there with the same
-    size is left alone (counted in ``warc_kept``). A named file missing from ``src_dir`` is an error."""
+    size is left alone (counted in ``warc_kept``). A named file missing from ``src_dir`` is an error.
+    ``store``: how to reach an object store (:func:`jobs.warc_staging.filesystem`)."""
     from pyarrow import fs as pafs
 
     from jobs.warc_staging import filesystem
 
     os.makedirs(dst_dir, exist_ok=True)
-    src_fs, src_root = filesystem(src_dir)
+    src_fs, src_root = filesystem(src_dir, store)
     local = isinstance(src_fs, pafs.LocalFileSystem)
     linked = copied = kept = nbytes = 0
     for name in sorted(set(names)):

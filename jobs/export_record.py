@@ -28,8 +28,9 @@ def record_path(root: str) -> str:
     return f"{root.rstrip('/')}/{RECORD}"
 
 
-def write(root: str, export_dir: str, crawl_id: str, counts: dict[str, int]) -> str:
-    """Record that ``export_dir`` (absolute, local) now holds the latest export; returns the record's path."""
+def write(root: str, export_dir: str, crawl_id: str, counts: dict[str, int], store=None) -> str:
+    """Record that ``export_dir`` (absolute, local) now holds the latest export; returns the record's path.
+    ``store``: how to reach an object store (:func:`jobs.warc_staging.filesystem`)."""
     record = {"dir": export_dir, "crawl_id": crawl_id,
               "finished": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "counts": counts}
     data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8")
@@ -42,14 +43,14 @@ def write(root: str, export_dir: str, crawl_id: str, counts: dict[str, int]) -> 
         os.replace(tmp, path)
         return path
     from jobs.warc_staging import filesystem
-    fs, where = filesystem(path)
+    fs, where = filesystem(path, store)
     fs.create_dir(where.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(where) as f:
         f.write(data)
     return path
 
 
-def latest_dir(root: str) -> str:
+def latest_dir(root: str, store=None) -> str:
     """The directory of the latest export recorded under ``root``; a :class:`ConfigError` if none is."""
     path = record_path(root)
     try:
@@ -58,7 +59,7 @@ def latest_dir(root: str) -> str:
                 data = f.read()
         else:
             from jobs.warc_staging import filesystem
-            fs, where = filesystem(path)
+            fs, where = filesystem(path, store)
             with fs.open_input_stream(where) as f:
                 data = f.read()
     except FileNotFoundError:

@@ -129,11 +129,12 @@ class FetchTask:
     """
 
     def __init__(self, conf: Config, round_no: int, warc_root: str, *, retried: bool = False,
-                 progress_dir: str | None = None):
+                 progress_dir: str | None = None, store=None):
         """``progress_dir``: where the task's progress snapshots go for the driver's live line
-        (:mod:`jobs.progress`; None: none written)."""
+        (:mod:`jobs.progress`; None: none written). ``store``: the object store's
+        :class:`~jobs.object_store.S3Options`, resolved in the driver (a task has not its environment)."""
         self.conf, self.round_no, self.warc_root, self.retried = conf, round_no, warc_root, retried
-        self.progress_dir = progress_dir
+        self.progress_dir, self.store = progress_dir, store
 
     def __call__(self, batches: Iterator) -> Iterator:
         from pyspark import TaskContext
@@ -148,7 +149,7 @@ class FetchTask:
         tmp = tempfile.mkdtemp(prefix=f"deltacrawl-fetch-r{self.round_no}-p{pid}-a{attempt}-")
         try:
             faults.task_point(attempt)
-            report = progress.TaskProgress(self.progress_dir, pid, attempt) if self.progress_dir else None
+            report = progress.TaskProgress(self.progress_dir, pid, attempt, self.store) if self.progress_dir else None
             results = list(fetch_partition(
                 items, self.conf, hosts=hosts, warc_dir=tmp,
                 warc_name=partial(warc_staging.warc_name, self.conf.warc.prefix, self.round_no, pid),
@@ -156,7 +157,7 @@ class FetchTask:
             staging = warc_staging.attempt_dir(self.warc_root, self.round_no, ctx.stageId(), pid, attempt)
             files = sorted(os.path.join(tmp, f) for f in os.listdir(tmp))
             if files:
-                warc_staging.upload(files, staging)
+                warc_staging.upload(files, staging, self.store)
             faults.task_point(attempt, done=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -271,7 +272,7 @@ def _promote(spark, conf: Config, round_no: int) -> dict[str, int]:
     pairs = (common.read(spark, conf, "fetch_output")
              .where(f"round = {round_no} AND kind IN ('page', 'robots') AND warc_filename IS NOT NULL")
              .select("warc_staging", "warc_filename").distinct().collect())
-    return warc_staging.promote(common.warc_root(conf), round_no, [(r[0], r[1]) for r in pairs])
+    return warc_staging.promote(common.warc_root(conf), round_no, [(r[0], r[1]) for r in pairs], conf)
 
 
 def run(spark, conf: Config, *, round_no: int | None = None, row: dict | None = None) -> dict:
@@ -326,10 +327,11 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
             max_per_host=generate.max_urls_per_host(conf), max_pages_per_host=conf.budget.max_pages_per_host,
             delay_window_s=generate.delay_window_s(conf))}
     live_dir = progress.round_dir(common.root(conf), n) if conf.fetch.progress_every_s > 0 else None
-    task = FetchTask(conf, n, common.warc_root(conf), retried=retried, progress_dir=live_dir)
+    store = common.store(conf)
+    task = FetchTask(conf, n, common.warc_root(conf), retried=retried, progress_dir=live_dir, store=store)
     out = fetch_input(fetch_list, hosts, n_partitions, **follow).mapInArrow(task, FETCH_OUTPUT)
     batch_rows = {"spark.sql.execution.arrow.maxRecordsPerBatch": str(conf.fetch.arrow_batch_rows)}
-    live = progress.LiveLine(live_dir, n, n_partitions, conf.fetch.progress_every_s)
+    live = progress.LiveLine(live_dir, n, n_partitions, conf.fetch.progress_every_s, store=store)
     with common.session_conf(spark, batch_rows), live:
         (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
          .save(common.table_path(conf, "fetch_output")))

@@ -31,6 +31,15 @@ Guarantees:
 
 Expiry compares the holder's wall clock (written) with the reader's: machines
 sharing a ``storage.root`` need clocks within a small part of ``lease.ttl_s``.
+
+**On S3** the records are put with S3's conditional write (``If-None-Match: *``,
+:mod:`jobs.records`), not through Delta's default S3 LogStore (``S3SingleDriverLogStore``: an
+existence check and a put, serialised only inside one JVM), so the lease holds across drivers there
+too. Delta's own commits through that LogStore do not: two drivers committing one version can
+silently overwrite each other, as a writer taken over alive (forced, or stalled past its expiry)
+could. So on an ``s3a://`` root a writing command refuses to start (:func:`refuse_unsafe_storage`)
+unless the deployment declares one driver at a time (``storage.s3_single_driver``; ``--force`` is then
+refused) or configures Delta's DynamoDB LogStore, whose commits are conditional writes in DynamoDB.
 """
 
 from __future__ import annotations
@@ -55,6 +64,34 @@ FORCE_RISK = ("a live holder goes on until its next renewal (up to lease.heartbe
 _KEEP = 8  # records kept behind the newest (older ones are removed by renewals)
 _lock = threading.Lock()
 _held: list["Lease"] = []  # the lease this process holds, if any
+
+
+#: Delta's LogStore whose put-if-absent holds across drivers on S3 (a DynamoDB conditional write).
+MULTI_DRIVER_LOGSTORE = "io.delta.storage.S3DynamoDBLogStore"
+_LOGSTORE_KEYS = ("spark.delta.logStore.s3a.impl", "spark.delta.logStore.s3.impl", "spark.delta.logStore.class")
+
+
+def refuse_unsafe_storage(conf: Config, *, force: bool) -> None:
+    """Raise :class:`ConfigError` when a writing command on ``storage.root`` could corrupt the crawl:
+    an S3 root whose LogStore is single-driver (Delta's default there) without
+    ``storage.s3_single_driver``, or with it and ``force``. Any other root: nothing to refuse."""
+    from jobs import object_store
+
+    if not object_store.is_s3(conf.storage.root):
+        return
+    extra = {k.strip(): v.strip() for k, _, v in (p.partition("=") for p in conf.spark.extra)}
+    if any(extra.get(k) == MULTI_DRIVER_LOGSTORE for k in _LOGSTORE_KEYS):
+        return
+    if not conf.storage.s3_single_driver:
+        raise ConfigError(
+            f"storage.root {conf.storage.root} is on S3, where Delta's default LogStore (S3SingleDriverLogStore) "
+            f"and the crawl lease are safe only while one driver writes: set storage.s3_single_driver=true if "
+            f"this deployment runs one writing command at a time, or configure Delta's DynamoDB LogStore "
+            f"(spark.extra: spark.delta.logStore.s3a.impl={MULTI_DRIVER_LOGSTORE})")
+    if force:
+        raise ConfigError(
+            f"--force is refused on {conf.storage.root}: with a single-driver LogStore on S3 a forced takeover "
+            f"beside a live writer could lose a Delta commit; wait until the lease expires (lease.ttl_s)")
 
 
 class LeaseHeld(ConfigError):

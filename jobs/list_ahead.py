@@ -117,7 +117,7 @@ def _remove_older(conf: Config, listing: int) -> None:
     from pyarrow import fs as pafs
 
     from jobs.warc_staging import filesystem
-    fs, base = filesystem(f"{common.root(conf)}/staging/generate/ahead")
+    fs, base = filesystem(f"{common.root(conf)}/staging/generate/ahead", conf)
     for info in fs.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
         name = info.base_name
         if name.startswith("round=") and name[6:].isdigit() and int(name[6:]) < listing:

@@ -62,7 +62,7 @@ def export_dir_of(conf: Config, export_dir: str | None) -> str:
     from jobs import common, export_record
 
     if export_dir is None:
-        export_dir = export_record.latest_dir(common.root(conf))
+        export_dir = export_record.latest_dir(common.root(conf), conf)
     if not os.path.isdir(os.path.join(export_dir, "index")):
         raise ConfigError(f"{export_dir} is not an export (no index/ in it): name one with --export DIR")
     return os.path.abspath(export_dir)

@@ -42,12 +42,13 @@ def round_dir(root: str, round_no: int) -> str:
 class TaskProgress:
     """The callable a fetch task hands its snapshots to: one file per partition, replaced whole."""
 
-    def __init__(self, directory: str, partition: int, attempt: int):
-        self.directory, self.partition, self.attempt = directory, partition, attempt
+    def __init__(self, directory: str, partition: int, attempt: int, store=None):
+        """``store``: how to reach an object store (:func:`jobs.warc_staging.filesystem`)."""
+        self.directory, self.partition, self.attempt, self.store = directory, partition, attempt, store
 
     def __call__(self, snapshot: dict) -> None:
         try:
-            fs, base = filesystem(self.directory)
+            fs, base = filesystem(self.directory, self.store)
             fs.create_dir(base, recursive=True)
             tmp = f"{base}/.p{self.partition}-a{self.attempt}.tmp"
             with fs.open_output_stream(tmp) as f:
@@ -57,10 +58,10 @@ class TaskProgress:
             pass
 
 
-def read(directory: str) -> list[dict]:
+def read(directory: str, store=None) -> list[dict]:
     """Every task's last snapshot (unreadable ones skipped)."""
     try:
-        fs, base = filesystem(directory)
+        fs, base = filesystem(directory, store)
         infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
     except Exception:  # noqa: BLE001
         return []
@@ -92,8 +93,9 @@ class LiveLine:
     """Around the fetch's write: a thread printing :func:`line` every ``every_s`` (0 or no directory:
     nothing at all)."""
 
-    def __init__(self, directory: str | None, round_no: int, n_tasks: int, every_s: float, out=None):
+    def __init__(self, directory: str | None, round_no: int, n_tasks: int, every_s: float, out=None, store=None):
         self.directory, self.round_no, self.n_tasks, self.every_s = directory, round_no, n_tasks, every_s
+        self.store = store
         self.out = out or sys.stderr
         self.tty = bool(getattr(self.out, "isatty", lambda: False)())
         self._stop = threading.Event()
@@ -115,7 +117,7 @@ class LiveLine:
         self._thread.join(timeout=10)
         self.tick(final=True)
         try:
-            fs, base = filesystem(self.directory)
+            fs, base = filesystem(self.directory, self.store)
             fs.delete_dir(base)
             parent = base.rsplit("/", 1)[0]
             if not fs.get_file_info(pafs.FileSelector(parent, allow_not_found=True)):
@@ -129,7 +131,7 @@ class LiveLine:
 
     def tick(self, *, final: bool = False) -> str:
         """Read the snapshots, print the line if it is time; returns it."""
-        snaps = read(self.directory)
+        snaps = read(self.directory, self.store)
         now = time.monotonic()
         self._samples.append((now, sum(s["pages"] for s in snaps)))
         (t0, p0), (t1, p1) = self._samples[0], self._samples[-1]

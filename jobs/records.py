@@ -12,6 +12,10 @@ Guarantees:
   the other's checksum: ``ChecksumException``). A local record is written whole to a hidden
   temporary name and published with a hard link (``link(2)``: atomic, fails when the name exists;
   ``rename(2)`` to overwrite), with no checksum file.
+  And except on **S3** (``s3a://``), where Delta's default LogStore (``S3SingleDriverLogStore``) checks
+  for the name and then puts, serialised only inside one JVM: there a record is put with S3's
+  conditional write (``If-None-Match: *``, through S3A's own SDK client), so the server refuses a
+  second writer of the name (412) whichever driver it runs in (:class:`_ConditionalPut`).
 - **No Spark jobs.** Files are listed, read and written by the driver through the
   Hadoop file system and the LogStore (milliseconds on a local disk), so a write
   never queues behind tasks that hold every task slot.
@@ -22,6 +26,7 @@ Guarantees:
 from __future__ import annotations
 
 import os
+import re
 import threading
 import uuid
 
@@ -60,6 +65,7 @@ class Records:
         # a local disk's directory, written through the OS (see the module's docstring), else None
         self._local = (self._fs.makeQualified(self._dir).toUri().getPath()
                        if self._fs.getUri().getScheme() == "file" else None)
+        self._s3 = _ConditionalPut(jvm, self._fs) if self._fs.getUri().getScheme() == "s3a" else None
 
     def _path(self, name: str):
         return self._new_path(self._dir, name)
@@ -98,6 +104,8 @@ class Records:
         assert "\n" not in text
         if self._local is not None:
             return self._put_local(name, text, overwrite)
+        if self._s3 is not None and not overwrite:
+            return self._s3.put(self._fs.makeQualified(self._path(name)).toUri(), text + "\n")
         it = self._one(text)
         if not self._made:
             self._made = bool(self._fs.mkdirs(self._dir))
@@ -134,6 +142,33 @@ class Records:
 
     def delete(self, name: str) -> None:
         self._fs.delete(self._path(name), False)
+
+
+class _ConditionalPut:
+    """Put-if-absent on S3 by a conditional write: ``PutObject`` with ``If-None-Match: *`` (AWS S3 since
+    2024-08; MinIO and moto too). The header is added to the request (SDK v2's override configuration),
+    so any SDK version the S3A JAR brings sends it; a store that ignores it would let a second writer
+    overwrite (none that S3A supports is known to)."""
+
+    def __init__(self, jvm, fs):
+        sdk = jvm.software.amazon.awssdk
+        self._client = fs.getS3AInternals().getAmazonS3Client("deltacrawl records: conditional put")
+        self._if_absent = sdk.awscore.AwsRequestOverrideConfiguration.builder().putHeader("If-None-Match", "*").build()
+        self._request = sdk.services.s3.model.PutObjectRequest.builder
+        self._body = sdk.core.sync.RequestBody.fromString
+
+    def put(self, uri, text: str) -> bool:
+        """Write ``text`` at ``uri`` (a qualified ``s3a://bucket/key``) unless the key exists; True when written."""
+        request = (self._request().bucket(uri.getHost()).key(uri.getPath().lstrip("/"))
+                   .overrideConfiguration(self._if_absent).build())
+        try:
+            self._client.putObject(request, self._body(text))
+        except Exception as e:  # noqa: BLE001 - Py4JJavaError wrapping S3Exception
+            # 412: the key exists; 409: another conditional write of the key is under way (AWS)
+            if re.search(r"Status Code: (412|409)", str(e)):
+                return False
+            raise
+        return True
 
 
 def _remove(path: str) -> None:

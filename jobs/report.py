@@ -56,7 +56,7 @@ def run(spark, conf: Config, round_no: int | None = None) -> tuple[str, str]:
     block = summary(rows[round_no])  # the round's block, as crawl prints it
     md = _markdown(round_no, block, slow)
     directory = report_dir(conf, round_no)
-    fs, base = filesystem(directory)
+    fs, base = filesystem(directory, conf)
     fs.create_dir(base, recursive=True)
     for name, png in figures.items():
         _put(fs, f"{base}/{name}", png)

@@ -3,7 +3,9 @@
 Embedded by default (``spark.master = local[*]``); under ``spark-submit`` the
 master and resources given there win, and the same code runs on a cluster.
 Delta's JARs come through ``spark.jars.packages`` (resolved from Maven Central
-at the first start and cached by Ivy in ``~/.ivy2``).
+at the first start and cached by Ivy in ``~/.ivy2.5.2``), and so does Hadoop's S3A
+(``hadoop-aws`` and the AWS SDK it needs) when ``storage.root`` is ``s3a://``, with
+the ``fs.s3a.*`` settings of the ``storage.s3_*`` keys (:mod:`jobs.object_store`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import subprocess
 import sys
 
 from crawl_udfs.config import Config, ConfigError
-from jobs import faults, spark_log
+from jobs import faults, object_store, spark_log
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -86,10 +88,12 @@ def build_session(conf: Config, *, app_suffix: str = ""):
         if conf.spark.master.startswith("local"):
             # Delta reads its log with 50 tasks by default: pure overhead on a laptop.
             builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
+    for key, value in object_store.spark_settings(conf).items():  # s3a:// roots only; spark.extra may override
+        builder = builder.config(key, value)
     for pair in conf.spark.extra:  # each "key=value" (the rule of spark.extra, crawl_udfs/config_rules.py)
         key, _, value = pair.partition("=")
         builder = builder.config(key.strip(), value.strip())
-    builder = configure_spark_with_delta_pip(builder)
+    builder = configure_spark_with_delta_pip(builder, extra_packages=object_store.packages(conf))
     from pyspark import SparkContext
     jvm_running = SparkContext._active_spark_context is not None or bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
     if not jvm_running:

@@ -175,7 +175,7 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
         st = ledger.step(spark, conf, "update", round_no=round_no, row=row)
         n, row = st.round, st.row
         if st.action == "skip":
-            _remove(staging_dir(conf, n))  # left by a crash between the ledger write and its removal
+            _remove(staging_dir(conf, n), conf)  # left by a crash between the ledger write and its removal
             return {"round": n, "skipped": True, "state": row["state"], "row": row}
         now = now or row.get("fetched_at") or common.now_utc()
         if row.get("crawldb_version") is None or row.get("hosts_version") is None:
@@ -188,7 +188,7 @@ def run(spark, conf: Config, *, round_no: int | None = None, now: dt.datetime | 
         seconds["round"] = time.perf_counter() - round_started
     row = ledger.set_state(spark, conf, n, "updated", counts=counters.checked("update", counts), seconds=seconds,
                            old=row)
-    _remove(staging_dir(conf, n))
+    _remove(staging_dir(conf, n), conf)
     ranked = importance.run(spark, conf) if importance.due(conf, n) else {}  # after the round: a crash skips one
     return {"round": n, "skipped": False, **counts, **ranked, "row": row}
 
@@ -335,9 +335,9 @@ def _staged(spark, df, path: str):
     return spark.read.schema(df.schema).parquet(path)  # the schema known: no job to read it from a footer
 
 
-def _remove(path: str) -> None:
+def _remove(path: str, conf: Config) -> None:
     from jobs.warc_staging import filesystem
-    fs, base = filesystem(path)
+    fs, base = filesystem(path, conf)
     try:
         fs.delete_dir(base)
     except FileNotFoundError:

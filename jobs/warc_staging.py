@@ -17,15 +17,19 @@ So (Hadoop's FileOutputCommitter, done by hand):
   staging tree, which removes every failed attempt's orphans.
 
 All storage access goes through ``pyarrow.fs``, so the same code works on local
-paths and on object storage (``s3://…``, ``gs://…``, ``abfs://…``).
+paths and on object storage (``s3a://…`` with the ``storage.s3_*`` keys: :mod:`jobs.object_store`;
+``gs://…``, ``abfs://…`` with Arrow's own settings).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Iterable
 
 from pyarrow import fs as pafs
+
+from jobs import object_store
 
 STAGING = "_staging"
 
@@ -44,20 +48,30 @@ def attempt_dir(warc_root: str, round_no: int, stage_id: int, partition: int, at
     return f"{round_staging_dir(warc_root, round_no)}/s{stage_id}-p{partition}-a{attempt}"
 
 
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str, store=None) -> tuple[pafs.FileSystem, str]:
     """A filesystem and the path in it; plain paths are local (made absolute). Hadoop's
-    ``s3a://``/``s3n://`` (what Spark is given) are ``s3://`` to Arrow."""
+    ``s3a://``/``s3n://`` (what Spark is given) are S3 to Arrow, reached with ``store``: the
+    :class:`~jobs.object_store.S3Options` (or the Config they come from) the driver resolved. An S3
+    URI without them is an error, never a silent fall-back to Arrow's defaults (the real AWS)."""
     if "://" not in uri:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
-    scheme, rest = uri.split("://", 1)
-    if scheme in ("s3a", "s3n"):
-        uri = f"s3://{rest}"
+    if object_store.is_s3(uri):
+        if store is None:
+            raise ValueError(f"{uri}: an S3 path needs the storage.s3_* settings (pass the config)")
+        opts = store if isinstance(store, object_store.S3Options) else object_store.options(store)
+        return _s3(opts), object_store.bucket_path(uri)
     return pafs.FileSystem.from_uri(uri)
 
 
-def upload(local_files: Iterable[str], dest_dir: str) -> list[str]:
-    """Copy task-local files into ``dest_dir`` (emptied first: a name reused by a dead run). Returns names."""
-    fs, base = filesystem(dest_dir)
+@functools.lru_cache(maxsize=4)
+def _s3(opts: object_store.S3Options) -> pafs.FileSystem:
+    return object_store.pyarrow_filesystem(opts)
+
+
+def upload(local_files: Iterable[str], dest_dir: str, store=None) -> list[str]:
+    """Copy task-local files into ``dest_dir`` (emptied first: a name reused by a dead run). Returns names.
+    ``store``: as :func:`filesystem`'s."""
+    fs, base = filesystem(dest_dir, store)
     fs.create_dir(base, recursive=True)
     fs.delete_dir_contents(base, missing_dir_ok=True)
     local = pafs.LocalFileSystem()
@@ -69,14 +83,14 @@ def upload(local_files: Iterable[str], dest_dir: str) -> list[str]:
     return names
 
 
-def promote(warc_root: str, round_no: int, committed: Iterable[tuple[str, str]]) -> dict[str, int]:
+def promote(warc_root: str, round_no: int, committed: Iterable[tuple[str, str]], store=None) -> dict[str, int]:
     """Move each committed (staging dir, file name) to ``warc_root/<name>``, then drop the round's staging.
 
     Idempotent: a file already at its final place is not touched (an earlier run moved
     it). A committed file found nowhere is an error, raised before anything is deleted.
     Returns {"promoted": moved now, "present": already in place, "orphans_removed": files deleted}.
     """
-    fs, root = filesystem(warc_root)
+    fs, root = filesystem(warc_root, store)
     fs.create_dir(root, recursive=True)
     moved = present = 0
     for staging, name in sorted(set(committed)):
@@ -84,12 +98,12 @@ def promote(warc_root: str, round_no: int, committed: Iterable[tuple[str, str]])
         if fs.get_file_info(dst).type == pafs.FileType.File:
             present += 1
             continue
-        src = f"{filesystem(staging)[1]}/{name}"  # staging lives under warc_root: same filesystem
+        src = f"{filesystem(staging, store)[1]}/{name}"  # staging lives under warc_root: same filesystem
         if fs.get_file_info(src).type != pafs.FileType.File:
             raise FileNotFoundError(f"committed WARC file {name} is neither in {staging} nor in {warc_root}")
         fs.move(src, dst)
         moved += 1
-    stage_fs, stage_root = filesystem(round_staging_dir(warc_root, round_no))
+    stage_fs, stage_root = filesystem(round_staging_dir(warc_root, round_no), store)
     orphans = 0
     if stage_fs.get_file_info(stage_root).type == pafs.FileType.Directory:
         sel = pafs.FileSelector(stage_root, recursive=True)

@@ -46,3 +46,17 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("measured by the tests")
         for line in LINES:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's S3 server on 127.0.0.1 (tests/s3server.py), started at its first use, stopped at the end."""
+    from tests.s3server import S3Server
+    with S3Server(tmp_path_factory.mktemp("s3") / "moto.log") as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(s3_server, request):
+    """A new bucket on the S3 server for this test."""
+    return s3_server.bucket(request.node.name)

@@ -1,0 +1,164 @@
+"""deltacrawl with ``storage.root = s3a://<bucket>/crawl`` on a real S3 API server (moto, on loopback).
+
+One crawl, all through the CLI in subprocesses (each its own driver JVM with Hadoop's S3A, as in
+production; the suite's in-process Spark session has no S3A JAR and never touches the bucket):
+``init``, ``inject``, ``crawl --rounds 2``, ``status``, ``sql``, ``export`` against the test web.
+Then the corpus is read back from the bucket by the tests' own client (pyarrow's S3 filesystem,
+not the crawler's code): warcio over ranges of the WARC objects that ``fetch_log`` and the exported
+Parquet index point to. Only committed attempts' WARC files are in the bucket (no staging left,
+every object named by a committed ``fetch_output`` row and every such name an object), and the test
+web's own log shows no politeness violation.
+
+The first S3 start on a machine fetches hadoop-aws 3.4.1 and the AWS SDK v2 bundle (558 MB) into
+Ivy's cache; the test notes how long that start took and how long the cached ones did.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from jobs import object_store, spark_log
+from tests.cli_jvm import SPARK_LINE
+from tests.summary import note
+from tests.test_crash import run_cli, seed_urls
+from tests.testweb import TestWeb
+
+pytestmark = [pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+DELAY = 0.5
+ROUNDS = 2
+PREFIX = "crawl"
+
+
+def _overlay(path: Path, server, bucket: str, web: TestWeb) -> Path:
+    path.write_text(
+        server.storage_toml(bucket, PREFIX)
+        + f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
+        f"[politeness]\nhost_delay_s = {DELAY}\n"
+        "[fetch]\ntask_budget_s = 15.0\ntotal_timeout_s = 5.0\n"
+        "[generate]\nmax_urls_per_host = 4\nfetch_partitions = 2\n"
+        '[spark]\nmaster = "local[2,4]"\ndriver_memory = "1g"\nshuffle_partitions = 2\n' + SPARK_LINE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def crawled(s3_server, tmp_path_factory):
+    """(server, bucket, web, {verb: (status, output, seconds)}, export dir, request log, violations)."""
+    d = tmp_path_factory.mktemp("s3crawl")
+    bucket = s3_server.bucket("test-s3-crawl")
+    with TestWeb(d / "web", n_hosts=6, seed=7, kinds=["site"]) as web:
+        overlay = _overlay(d / "s3.toml", s3_server, bucket, web)
+        (d / "seeds.txt").write_text("\n".join(seed_urls(web)) + "\n")
+        missing = spark_log.missing_packages(object_store.HADOOP_AWS, [])
+        export_dir = d / "export"
+        sql = ("SELECT 'log' AS t, url, warc_filename, warc_offset, warc_length FROM fetch_log "
+               "WHERE warc_filename IS NOT NULL UNION ALL SELECT DISTINCT 'committed' AS t, NULL, warc_filename, "
+               "NULL, NULL FROM fetch_output WHERE warc_filename IS NOT NULL")
+        runs = {}
+        for verb, args in [("init", ["init"]), ("inject", ["inject", str(d / "seeds.txt")]),
+                           ("crawl", ["crawl", "--rounds", str(ROUNDS)]), ("status", ["status"]),
+                           ("sql", ["sql", sql, "--format", "json"]), ("export", ["export", "--out", str(export_dir)])]:
+            t0 = time.monotonic()
+            rc = run_cli(["--conf", str(overlay), *args], env_extra=s3_server.env, log=d / f"{verb}.log")
+            runs[verb] = (rc, (d / f"{verb}.log").read_text(errors="replace"), time.monotonic() - t0)
+            assert rc == 0, f"deltacrawl {verb} on s3a:// exited {rc}:\n{runs[verb][1][-4000:]}"
+        first = (f"first start fetched {', '.join(missing)} (init: {runs['init'][2]:.0f} s)" if missing
+                 else "JARs cached")
+        note(f"s3: {first}; cached starts: " + ", ".join(f"{v} {runs[v][2]:.0f} s" for v in runs if v != "init")
+             + (f", init {runs['init'][2]:.0f} s" if not missing else ""))
+        from crawl_udfs import config
+        per_ip = config.load([overlay]).politeness.max_in_flight_per_ip
+        yield (s3_server, bucket, web, runs, export_dir, web.log(),
+               web.violations(host_delay_s=DELAY, max_in_flight_per_addr=per_ip))
+
+
+def _sql_rows(runs) -> list[dict]:
+    return [json.loads(line) for line in runs["sql"][1].splitlines() if line.startswith("{")]
+
+
+def _record(fs, path: str, offset: int, length: int):
+    with fs.open_input_file(path) as f:
+        data = f.read_at(length, offset)
+    return next(iter(ArchiveIterator(io.BytesIO(data))))
+
+
+def test_tables_and_warc_files_are_in_the_bucket(crawled):
+    server, bucket, web, runs, export_dir, log, v = crawled
+    objects = server.objects(f"{bucket}/{PREFIX}")
+    for table in ("crawldb", "hosts", "fetch_list", "fetch_output", "fetch_log", "links", "rounds"):
+        assert any(k.startswith(f"tables/{table}/_delta_log/") for k in objects), f"no Delta log of {table}"
+    assert any(k.startswith("lease/") for k in objects) and any(k.startswith("ledger/") for k in objects)
+    assert f"{ROUNDS} round(s) completed" in runs["crawl"][1]
+    assert "writer: none" in runs["status"][1], runs["status"][1][-2000:]
+
+
+def test_only_committed_warc_files_are_kept_and_every_pointer_reads_back(crawled):
+    server, bucket, web, runs, export_dir, log, v = crawled
+    rows = _sql_rows(runs)
+    committed = {r["warc_filename"] for r in rows if r["t"] == "committed"}
+    pointers = [r for r in rows if r["t"] == "log"]
+    assert len(pointers) > 20, runs["sql"][1][-2000:]
+    warc = {k[len("warc/"):]: size for k, size in server.objects(f"{bucket}/{PREFIX}").items()
+            if k.startswith("warc/")}
+    assert not [k for k in warc if "/" in k], f"staging left in the bucket: {sorted(warc)[:5]}"
+    assert set(warc) == committed, (sorted(set(warc) ^ committed)[:5])
+    assert not server.objects(f"{bucket}/{PREFIX}/_progress"), "progress snapshots left behind"
+    fs = server.filesystem()
+    for r in pointers:
+        rec = _record(fs, f"{bucket}/{PREFIX}/warc/{r['warc_filename']}", r["warc_offset"], r["warc_length"])
+        assert rec.rec_headers.get_header("WARC-Target-URI") == r["url"]
+    note(f"s3: {len(pointers)} fetch_log pointers read back from {len(warc)} WARC objects "
+         f"({sum(warc.values()):,} bytes)")
+
+
+def test_the_export_index_points_into_the_bucket_copies(crawled):
+    server, bucket, web, runs, export_dir, log, v = crawled
+    index = pq.read_table(export_dir / "index").to_pylist()
+    assert index and {str(r["warc_segment"]) for r in index} <= {str(n) for n in range(1, ROUNDS + 1)}
+    fs = server.filesystem()
+    for r in index:
+        name = r["warc_filename"].removeprefix("warc/")
+        from_bucket = _record(fs, f"{bucket}/{PREFIX}/warc/{name}", r["warc_record_offset"], r["warc_record_length"])
+        assert from_bucket.rec_headers.get_header("WARC-Target-URI") == r["url"]
+        assert (export_dir / "warc" / name).stat().st_size == fs.get_file_info(f"{bucket}/{PREFIX}/warc/{name}").size
+    record = json.loads(fs.open_input_stream(f"{bucket}/{PREFIX}/exports/latest.json").read())
+    assert record["dir"] == str(export_dir)
+
+
+def test_politeness_holds_on_the_bucket(crawled):
+    server, bucket, web, runs, export_dir, log, v = crawled
+    note("s3 crawl (server-side): " + v.summary().replace("\n", "; "))
+    assert len(log) > 20
+    assert v.clean, v.summary()
+
+
+def test_records_put_if_absent_is_the_servers_conditional_write(s3_server, tmp_path):
+    """The lease's and ledger's records on S3 (jobs/records.py): a second put of a name is refused by the
+    server itself (a PUT answered 412 in the server's log, not an existence check that a driver in another
+    JVM could pass at the same moment), so of two drivers taking the lease at once only one wins."""
+    bucket = s3_server.bucket("records")
+    overlay = tmp_path / "probe.toml"
+    overlay.write_text(s3_server.storage_toml(bucket, PREFIX)
+                       + '[spark]\nmaster = "local[1]"\ndriver_memory = "1g"\n' + SPARK_LINE)
+    proc = subprocess.run([sys.executable, "-m", "tests.s3_records_probe", str(overlay)], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **s3_server.env},
+                          cwd=Path(__file__).resolve().parents[1])
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, (proc.stdout + proc.stderr)[-4000:]
+    got = json.loads(lines[-1])
+    assert got == {"puts": [True, False, False], "text": '{"writer": "a"}'}, got
+    key = f"/{bucket}/{PREFIX}/probe/00000000000000000001.json"
+    log = re.sub(r"\x1b\[[0-9;]*m", "", s3_server.log.read_text(errors="replace"))  # werkzeug colours errors
+    refused = [ln for ln in log.splitlines() if f'"PUT {key} ' in ln and '" 412 ' in ln]
+    assert len(refused) == 2, f"the server refused {len(refused)} of the 2 later puts of {key}"
