@@ -241,7 +241,7 @@ def _decided(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetc
              stage: str, observed: Counters) -> dict[str, Any]:
     """The driver engine's sources (:func:`decide`), written to Parquet by pyarrow and read back by Spark."""
     tables = decide(spark, conf, n, now, crawldb, hosts, fetch_output, fetch_list, index, observed)
-    return {name: _staged_arrow(spark, table, _schema(name), f"{stage}/{name}") for name, table in tables.items()}
+    return {name: _staged_arrow(spark, conf, table, _schema(name), f"{stage}/{name}") for name, table in tables.items()}
 
 
 def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_output, fetch_list, index,
@@ -299,12 +299,12 @@ def _key_schema(column: str):
     return StructType([StructField(column, LongType() if column in ("url_fp", "block_key") else StringType())])
 
 
-def _staged_arrow(spark, table, schema, path: str):
+def _staged_arrow(spark, conf: Config, table, schema, path: str):
     """An Arrow table written once as Parquet (pyarrow, any ``storage.root``) and read back by Spark with ``schema``."""
     import pyarrow.parquet as pq
 
     from jobs.warc_staging import filesystem
-    fs, base = filesystem(path)
+    fs, base = filesystem(path, conf)
     fs.create_dir(base, recursive=True)
     pq.write_table(table, f"{base}/part-0.parquet", filesystem=fs)
     return spark.read.schema(schema).parquet(path)
