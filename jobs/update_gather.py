@@ -1,30 +1,31 @@
-"""What the driver engine's update reads, gathered by Spark in one pass (``update.engine = "driver"``).
+"""What the driver engine's update reads, gathered by Spark (``update.engine = "driver"``).
 
 The decisions of a round (``jobs/update_decide.py``, DuckDB on the driver) read the round's own rows
-and the rows of the crawl DB, ``hosts`` and ``near_dup_index`` that the round keys. Spark reads those
-tables (they are O(crawl DB)) and hands over only the keyed rows, as Arrow:
+and the rows of the crawl DB, ``hosts`` and ``near_dup_index`` that the round keys. ``jobs.update.decide``
+collects the round's ``fetch_output`` and ``fetch_list`` first; :func:`keys` and :func:`block_keys`
+compute the key sets from them on the driver, and Spark reads only the keyed rows, each table in one
+scan joined with a broadcast of those local rows:
 
-- ``fetch_output`` and ``fetch_list`` of round N (every row: they are the round);
-- ``crawldb``: ONE scan of the pinned snapshot, the rows that match any of
-    1. ``url_fp`` a key of :func:`jobs.crawldb_slice.round_keys` (the round's URLs and outlink targets):
-       every column (prepare, discover, sitemaps, moves);
+- :func:`index_rows` (``dedup.near_duplicates``): the ``near_dup_index`` rows of rounds before N whose
+  ``block_key`` is a block key of one of the round's page SimHashes (a superset of the candidates' keys:
+  the lookup semi-joins on those, and the bucket cap counts within a key);
+- :func:`crawldb_rows`: ONE scan of the pinned crawl-DB snapshot, the rows that match any of
+    1. ``url_fp`` one of the round's URLs or outlink targets (``jobs.crawldb_slice.round_keys``): every
+       column (prepare, discover, sitemaps, moves);
     2. ``host`` a host of the round's rows: :data:`jobs.crawldb_slice.HOST_COLUMNS` (pattern learning,
-       trap signals; the other columns null unless another key matches);
+       trap signals, robots refresh; the other columns null unless another key matches);
     3. ``digest`` one of the round's page digests, ``status`` fetched or not_modified: every column
        (``exact_dup_transforms.exact_members``: the stored copies of the round's digests);
-    4. ``url_fp`` one of the :data:`near_dup_index` rows gathered below: every column
-       (``originals.left_pages``: which indexed originals have left);
-  with the pre-round count of eligible rows observed on the scan (``frontier_before``, as today);
-- ``hosts``: the rows of the round's hosts and of its outlinks' hosts, and of every host out of budget
-  under the current budgets (``hosts_transforms.exhausted_hosts`` reads those);
-- ``near_dup_index`` (``dedup.near_duplicates``): the rows of rounds before N whose ``block_key`` is a
-  block key of one of the round's page SimHashes (a superset of the candidates' keys: the lookup
-  semi-joins on those, and the bucket cap counts within a key).
+    4. ``url_fp`` one of the gathered index rows': every column (``originals.left_pages``);
+  with the pre-round count of eligible rows observed on the scan (``frontier_before``);
+- :func:`hosts_rows`: the rows of the round's hosts and of its outlinks' hosts, and of every host out
+  of budget under the current budgets (``hosts_transforms.exhausted_hosts`` reads those);
+- :func:`stored_buckets` (``schedule.policy = "adaptive"`` only): the crawl-DB aggregate of the round's
+  multiplier.
 
-Two reads depend on decisions and run only when the round needs them, as in the Spark plan:
+Two reads depend on decisions and run only in a round that needs them, as in the Spark plan:
 :func:`repoint_rows` (copies of originals that left) and :func:`budget_rows` (URLs of hosts that
-reached their budget this round). Each key set is broadcast (the round's size); the crawl DB is scanned,
-never shuffled.
+reached their budget this round). The crawl DB is scanned, never shuffled.
 """
 
 from __future__ import annotations
