@@ -31,6 +31,7 @@ import duckdb
 
 from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
 from jobs import duck_engine as E
+from jobs.duck_transition import _host_rows_sql, _parked_until
 from jobs.duck_engine import cast_to, literal, plus_seconds, ts
 from jobs.schedule_transforms import GAP
 from jobs.update_transforms import BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE
@@ -124,16 +125,8 @@ def trap_signals(updated: Rel, near: Rel | None, crawldb: Rel) -> Rel:
 
 # -- hosts ---------------------------------------------------------------------------------
 def _host_rows(host_rows: Rel) -> Rel:
-    """As :func:`jobs.hosts_transforms._host_rows`: one ``kind = 'host'`` row per host, its ``requests``
-    the sum of the host's rows'. Two rows of one partition with the same ``robots_fetched_at`` leave
-    either (as Spark's window)."""
-    return query("""
-        SELECT * EXCLUDE (_n) FROM (
-            SELECT * REPLACE (CAST(sum(coalesce(requests, 0)) OVER (PARTITION BY host) AS BIGINT) AS requests),
-                   row_number() OVER (PARTITION BY host
-                                      ORDER BY "partition" ASC NULLS FIRST, robots_fetched_at DESC NULLS LAST) AS _n
-            FROM $host_rows WHERE kind = 'host')
-        WHERE _n = 1""", host_rows=host_rows)
+    """As :func:`jobs.hosts_transforms._host_rows` (the SQL is ``duck_transition``'s, which ``host_next`` reads)."""
+    return query(_host_rows_sql("$host_rows"), host_rows=host_rows)
 
 
 def page_counts(updated: Rel) -> Rel:
@@ -162,12 +155,6 @@ def page_counts(updated: Rel) -> Rel:
 _TRAP_STATE = ("budget_reason", "round_cap", "trap_strikes", "trap_new_share", "trap_streak_pages",
                "trap_streak_exact", "trap_streak_near")
 _SIGNALS = ("t_pages", "t_exact", "t_near")
-
-
-def _parked_until(park_duration_s: float, now: dt.datetime) -> str:
-    """SQL of ``hosts_transforms._parked_until`` (over ``parked`` and ``o_parked``)."""
-    until = plus_seconds(ts(now), literal(float(park_duration_s)))
-    return f"CASE WHEN coalesce(parked, FALSE) THEN {until} ELSE o_parked END"
 
 
 def _schema_with_signals():
