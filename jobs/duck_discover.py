@@ -36,7 +36,7 @@ import duckdb
 from crawl_udfs.admission import SAME_DOC_KINDS, link_depth, link_score
 from crawl_udfs.sitemaps import CHILD_KIND, SITEMAP
 from jobs.crawldb_slice import HOST_COLUMNS
-from jobs.duck_engine import literal, query, ts
+from jobs.duck_engine import Sql, literal, query, ts
 from jobs.update_transforms import CAT, KEEP, MOVED
 from schemas.status import Status
 
@@ -49,38 +49,9 @@ def sql_list(values) -> str:
 
 
 # -- the ops object of crawl_udfs.admission's rules, on SQL text ------------------------------------
-class Sql:
-    """A SQL expression as text, with the arithmetic the ``crawl_udfs`` rules apply to their arguments."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def __str__(self) -> str:
-        return self.text
-
-    def _op(self, op: str, other: Any) -> "Sql":
-        return Sql(f"({self} {op} {_text(other)})")
-
-    def __add__(self, other):
-        return self._op("+", other)
-
-    def __sub__(self, other):
-        return self._op("-", other)
-
-    def __mul__(self, other):
-        return self._op("*", other)
-
-    def __truediv__(self, other):
-        return self._op("/", other)
-
-
-def _text(v: Any) -> str:
-    """SQL of an operand: an expression, an int (INTEGER, as Spark's ``lit`` of a Python int) or a float."""
-    if isinstance(v, Sql):
-        return str(v)
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"CAST({v} AS INTEGER)"
-    return literal(v)
+def _sql(v: Any) -> Sql:
+    """An operand of the admission rules as SQL: an int is INTEGER (Spark's ``lit`` of a Python int)."""
+    return Sql(v, ints="INTEGER")
 
 
 class SqlOps:
@@ -88,11 +59,11 @@ class SqlOps:
 
     @staticmethod
     def when(cond: Sql, then: Sql, otherwise: Sql) -> Sql:
-        return Sql(f"CASE WHEN {_text(cond)} THEN {_text(then)} ELSE {_text(otherwise)} END")
+        return _sql(f"CASE WHEN {_sql(cond)} THEN {_sql(then)} ELSE {_sql(otherwise)} END")
 
     @staticmethod
     def greatest(value: Sql, floor: int) -> Sql:
-        return Sql(f"greatest({_text(value)}, {_text(floor)})")
+        return _sql(f"greatest({_sql(value)}, {_sql(floor)})")
 
 
 SQL_OPS = SqlOps()
@@ -172,9 +143,9 @@ def discover(con, prepared: Rel, crawldb: Rel, scope, *, duplicates: Rel | None,
         dup_join = f"""LEFT JOIN (SELECT url_fp AS src_fp, TRUE AS _src_dup FROM {{duplicates}}
                                   WHERE status = {literal(Status.DUPLICATE.value)} AND "{CAT}" <> {literal(KEEP)}) dup
                        USING (src_fp)"""
-    n_sharing = Sql(f"len(list_filter(outlinks, lambda x: {_shares_score('x', follow_nofollow)}))")
-    depth = link_depth(Sql("src_depth"), Sql(same_doc), SQL_OPS)
-    score = link_score(Sql("_src_score"), Sql(same_doc), n_sharing, float(scope.score_decay), SQL_OPS)
+    n_sharing = _sql(f"len(list_filter(outlinks, lambda x: {_shares_score('x', follow_nofollow)}))")
+    depth = link_depth(_sql("src_depth"), _sql(same_doc), SQL_OPS)
+    score = link_score(_sql("_src_score"), _sql(same_doc), n_sharing, float(scope.score_decay), SQL_OPS)
     now_ts, zero, rnd = ts(now), "CAST(0 AS INTEGER)", f"CAST({int(round_no)} AS BIGINT)"
     moved = ",\n               ".join(f'_moved."{c}" AS "{c}"' for c in MOVED[2:])
     return query(con, f"""

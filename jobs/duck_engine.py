@@ -143,3 +143,51 @@ def literal(value: Any) -> str:
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     raise TypeError(f"no SQL literal for {type(value).__name__}")
+
+
+class Sql:
+    """A SQL expression (text) with Python's arithmetic, comparison and logic operators, for the rules
+    written once over numbers or Spark Columns (``crawl_udfs.change_rate``, ``admission``,
+    ``trap_evidence``): ``Sql("x", ints="BIGINT") / 2`` is ``(x / CAST(2 AS BIGINT))``.
+
+    A Python number operand becomes a typed literal: a float DOUBLE, an int of type ``ints`` (the type
+    the Spark twin's expression gives it: DOUBLE where it computes in doubles, INTEGER for a ``lit`` of an
+    int, BIGINT for longs); a string operand is SQL text. Results keep ``ints``."""
+
+    def __init__(self, text: Any, ints: str = "DOUBLE") -> None:
+        self.ints = text.ints if isinstance(text, Sql) else ints
+        if isinstance(text, Sql):
+            self.text = text.text
+        elif isinstance(text, bool):
+            self.text = "TRUE" if text else "FALSE"
+        elif isinstance(text, int):
+            self.text = literal(float(text)) if self.ints == "DOUBLE" else f"CAST({text} AS {self.ints})"
+        elif isinstance(text, float):
+            self.text = literal(text)
+        else:
+            self.text = str(text)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def _op(self, op: str, other: Any, right: bool = False) -> "Sql":
+        o = Sql(other, self.ints)
+        a, b = (o, self) if right else (self, o)
+        return Sql(f"({a} {op} {b})", self.ints)
+
+    def __add__(self, o): return self._op("+", o)
+    def __radd__(self, o): return self._op("+", o, True)
+    def __sub__(self, o): return self._op("-", o)
+    def __rsub__(self, o): return self._op("-", o, True)
+    def __mul__(self, o): return self._op("*", o)
+    def __rmul__(self, o): return self._op("*", o, True)
+    def __truediv__(self, o): return self._op("/", o)
+    def __rtruediv__(self, o): return self._op("/", o, True)
+    def __gt__(self, o): return self._op(">", o)
+    def __ge__(self, o): return self._op(">=", o)
+    def __lt__(self, o): return self._op("<", o)
+    def __le__(self, o): return self._op("<=", o)
+    def __and__(self, o): return self._op("AND", o)
+    def __or__(self, o): return self._op("OR", o)
+    def __neg__(self): return Sql(f"(- {self})", self.ints)
+    def __invert__(self): return Sql(f"(NOT {self})", self.ints)

@@ -3,7 +3,7 @@
 The DuckDB twins of :mod:`jobs.hosts_transforms` (``host_next`` aside: ``jobs/duck_engine.py``'s
 conventions, ``docs/UPDATE.md`` "Engine"): same names and parameters, relations for DataFrames, the
 same output columns, order and types. The trap evidence rule is ``crawl_udfs.trap_evidence``'s,
-built here as SQL text through :class:`SqlExpr` (as the Spark twin builds it as Columns).
+built here as SQL text through :class:`jobs.duck_engine.Sql` (as the Spark twin builds it as Columns).
 
 What each function reads of the crawl DB and of ``hosts`` (for the gather):
 
@@ -32,7 +32,7 @@ import duckdb
 from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
 from jobs import duck_engine as E
 from jobs.duck_transition import _host_rows_sql, _parked_until
-from jobs.duck_engine import cast_to, literal, plus_seconds, ts
+from jobs.duck_engine import Sql, cast_to, literal, plus_seconds, ts
 from jobs.schedule_transforms import GAP
 from jobs.update_transforms import BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE
 from schemas.status import Status
@@ -45,35 +45,9 @@ def query(sql: str, **rels: Rel) -> Rel:
     return E.query(None, sql, **rels)
 
 
-class SqlExpr:
-    """A SQL expression with Python's arithmetic, for rules written once over numbers or Columns
-    (``crawl_udfs.trap_evidence``): ``SqlExpr("x") / 2`` is ``(x / CAST(2 AS BIGINT))``."""
-
-    def __init__(self, sql: str):
-        self.sql = sql
-
-    @staticmethod
-    def of(v) -> str:
-        return v.sql if isinstance(v, SqlExpr) else literal(v)
-
-    def _op(self, op: str, other, right: bool = False) -> "SqlExpr":
-        a, b = (self.of(other), self.sql) if right else (self.sql, self.of(other))
-        return SqlExpr(f"({a} {op} {b})")
-
-    def __add__(self, o): return self._op("+", o)
-    def __radd__(self, o): return self._op("+", o, True)
-    def __sub__(self, o): return self._op("-", o)
-    def __rsub__(self, o): return self._op("-", o, True)
-    def __mul__(self, o): return self._op("*", o)
-    def __rmul__(self, o): return self._op("*", o, True)
-    def __truediv__(self, o): return self._op("/", o)
-    def __rtruediv__(self, o): return self._op("/", o, True)
-    def __lt__(self, o): return self._op("<", o)
-
-
-def sql_sqrt(x: SqlExpr) -> SqlExpr:
+def sql_sqrt(x: Sql) -> Sql:
     """Spark's ``sqrt``: NaN below 0 (DuckDB's raises)."""
-    return SqlExpr(f"(CASE WHEN {x.sql} < 0 THEN CAST('NaN' AS DOUBLE) ELSE sqrt({x.sql}) END)")
+    return Sql(f"(CASE WHEN {x} < 0 THEN CAST('NaN' AS DOUBLE) ELSE sqrt({x}) END)", x.ints)
 
 
 def java_fixed(x_sql: str, digits: int) -> str:
@@ -212,7 +186,7 @@ def judge_traps(hosts_new: Rel, trap, *, base_cap: int, now: dt.datetime) -> Rel
     def streak(col: str, add: str) -> str:
         return (f"CAST(CASE WHEN _low THEN coalesce({col}, 0) + {add} WHEN _judged THEN 0 ELSE {col} END AS BIGINT)"
                 f" AS {col}")
-    n, dups = SqlExpr("_n"), SqlExpr("_dups")
+    n, dups = Sql("_n", ints="BIGINT"), Sql("_dups", ints="BIGINT")
     zq, most = z_score(float(trap.park_confidence)), float(trap.max_new_share)
     bound = new_share_bound(n - dups, n, zq, sql_sqrt)
     proven = proves_trap(n - dups, n, most, zq, sql_sqrt)
@@ -222,7 +196,7 @@ def judge_traps(hosts_new: Rel, trap, *, base_cap: int, now: dt.datetime) -> Rel
               f"new-content share at most %s%% at %s%% confidence', "
               f"CAST(round(CAST(100.0 AS DOUBLE) * _dups / _n) AS INTEGER), trap_streak_exact, trap_streak_near, trap_streak_pages, "
               f"trap_strikes, CASE WHEN trap_strikes = 1 THEN 'round' ELSE 'rounds' END, "
-              f"{java_fixed(f'CAST(100.0 AS DOUBLE) * {bound.sql}', 1)}, {confidence})")
+              f"{java_fixed(f'CAST(100.0 AS DOUBLE) * {bound}', 1)}, {confidence})")
     return query(f"""
         WITH judged AS (SELECT *, {judged} AS _judged, {judged} AND {share} < {literal(most)} AS _low,
                                {share} AS _share FROM $hosts_new),
@@ -242,7 +216,7 @@ def judge_traps(hosts_new: Rel, trap, *, base_cap: int, now: dt.datetime) -> Rel
                    CAST(greatest(trap_streak_pages, 1) AS DOUBLE) AS _n, trap_streak_exact + trap_streak_near AS _dups
             FROM struck),
         parked AS (
-            SELECT *, _low AND (trap_strikes >= {int(trap.park_after_rounds)} OR {proven.sql}) AS _park FROM capped)
+            SELECT *, _low AND (trap_strikes >= {int(trap.park_after_rounds)} OR {proven}) AS _park FROM capped)
         SELECT * EXCLUDE (_judged, _low, _share, _n, _dups, _park) REPLACE (
             CASE WHEN _park THEN {until} ELSE parked_until END AS parked_until,
             CASE WHEN _park THEN {reason} ELSE park_reason END AS park_reason)

@@ -23,48 +23,11 @@ import itertools
 import duckdb
 
 from crawl_udfs import change_rate as R
-from jobs.duck_engine import literal, query
+from jobs.duck_engine import Sql, literal, query
 from jobs.schedule_transforms import GAP, HIST, PRIOR, RATE, SPAN, STORED_CATS
 from schemas.status import Status
 
 _ids = itertools.count()
-
-
-class Sql:
-    """A SQL expression (text) with Python's arithmetic and comparison operators, for ``crawl_udfs`` formulas."""
-
-    def __init__(self, text) -> None:
-        self.text = text.text if isinstance(text, Sql) else _num(text) if isinstance(text, (int, float)) else str(text)
-
-    def __str__(self) -> str:
-        return self.text
-
-    def _op(self, op: str, other, right: bool = False) -> "Sql":
-        a, b = (Sql(other), self) if right else (self, Sql(other))
-        return Sql(f"({a} {op} {b})")
-
-    def __add__(self, o): return self._op("+", o)
-    def __radd__(self, o): return self._op("+", o, True)
-    def __sub__(self, o): return self._op("-", o)
-    def __rsub__(self, o): return self._op("-", o, True)
-    def __mul__(self, o): return self._op("*", o)
-    def __rmul__(self, o): return self._op("*", o, True)
-    def __truediv__(self, o): return self._op("/", o)
-    def __rtruediv__(self, o): return self._op("/", o, True)
-    def __gt__(self, o): return self._op(">", o)
-    def __ge__(self, o): return self._op(">=", o)
-    def __lt__(self, o): return self._op("<", o)
-    def __le__(self, o): return self._op("<=", o)
-    def __and__(self, o): return self._op("AND", o)
-    def __or__(self, o): return self._op("OR", o)
-    def __neg__(self): return Sql(f"(- {self})")
-    def __invert__(self): return Sql(f"(NOT {self})")
-
-
-def _num(x) -> str:
-    if isinstance(x, bool):
-        return "TRUE" if x else "FALSE"
-    return literal(float(x))
 
 
 class SqlMath:
