@@ -138,15 +138,21 @@ REPOINT_COLUMNS = ("url_fp", "host", "status", "dup_of", "canonical_fp", "http_s
                    "warc_fetch_time", "first_seen")
 
 
+def stored_rows(crawldb: DataFrame, gone: DataFrame) -> DataFrame:
+    """The crawl-DB rows :func:`repoint` reads: those whose ``url_fp`` or ``dup_of`` is a ``url_fp`` of ``gone``,
+    in :data:`REPOINT_COLUMNS` (also what the driver engine gathers for it: ``jobs/update_gather.py``)."""
+    keys = F.broadcast(gone.select(F.col("url_fp").alias("_k")).distinct())
+    return (crawldb.select(*REPOINT_COLUMNS, F.explode(F.array("url_fp", "dup_of")).alias("_k"))
+            .join(keys, "_k", "left_semi").drop("_k").dropDuplicates(["url_fp"]))
+
+
 def repoint(updated: DataFrame, crawldb: DataFrame, gone: DataFrame) -> DataFrame:
     """The re-pointing decisions for the copies of ``gone`` (:func:`leaving`; see the module for the rule): one
     row per URL whose status or ``dup_of`` may change, ``url_fp``, ``_status``, ``_dup_of``, and for a crawl-DB
     row not of the round (``_db``) its ``host``, ``_was`` and ``_was_dup_of``. The crawl DB is read in
     :data:`REPOINT_COLUMNS` only, semi-joined on ``url_fp`` or ``dup_of`` with the broadcast url_fps of ``gone``.
     Apply them with :func:`repointed` (the round's rows) and :func:`repointed_rows` (the others)."""
-    keys = F.broadcast(gone.select(F.col("url_fp").alias("_k")).distinct())
-    stored = (crawldb.select(*REPOINT_COLUMNS, F.explode(F.array("url_fp", "dup_of")).alias("_k"))
-              .join(keys, "_k", "left_semi").drop("_k").dropDuplicates(["url_fp"])
+    stored = (stored_rows(crawldb, gone)
               .join(updated.select("url_fp"), "url_fp", "left_anti").withColumn("_db", F.lit(True)))
     rows = stored.unionByName(updated.select(*REPOINT_COLUMNS, F.lit(False).alias("_db")))
     rows = rows.join(F.broadcast(gone.select(F.col("url_fp").alias("_gone"), "_to")),

@@ -105,9 +105,7 @@ def hosts_rows(hosts: DataFrame, keys: Keys, conf: Config) -> DataFrame:
 def repoint_rows(crawldb: DataFrame, gone_fps: DataFrame) -> DataFrame:
     """The crawl-DB rows :func:`jobs.originals.repoint` reads for originals that left (``gone_fps``: ``url_fp``):
     rows whose ``url_fp`` or ``dup_of`` is one of them, in :data:`jobs.originals.REPOINT_COLUMNS`."""
-    keys = F.broadcast(gone_fps.select(F.col("url_fp").alias("_k")).distinct())
-    return (crawldb.select(*O.REPOINT_COLUMNS, F.explode(F.array("url_fp", "dup_of")).alias("_k"))
-            .join(keys, "_k", "left_semi").drop("_k").dropDuplicates(["url_fp"]))
+    return O.stored_rows(crawldb, gone_fps)
 
 
 def budget_rows(crawldb: DataFrame, reached: DataFrame) -> DataFrame:
