@@ -43,12 +43,7 @@ def get(web, host, path="/", ua="testweb-test", **kw):
 
 
 def log_for(web, ua, wait_s=5.0, n=None):
-    deadline = time.time() + wait_s
-    while True:
-        lines = [r for r in web.log() if r["ua"] == ua]
-        if n is None or len(lines) >= n or time.time() > deadline:
-            return lines
-        time.sleep(0.05)
+    return web.log_of(lambda r: r["ua"] == ua, n=n, wait_s=wait_s)
 
 
 def raw_request(addr, port, host, path, timeout=5.0) -> bytes:

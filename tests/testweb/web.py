@@ -110,6 +110,16 @@ class TestWeb:
     def log(self) -> list[dict]:
         return read_log(self.log_path) if self.log_path and self.log_path.exists() else []
 
+    def log_of(self, keep, n: int | None = None, wait_s: float = 5.0) -> list[dict]:
+        """The log's lines ``keep`` accepts, waiting up to ``wait_s`` for ``n`` of them: the server writes a
+        request's line after its response has gone, so a client can read the log before its last line."""
+        deadline = time.time() + wait_s
+        while True:
+            lines = [r for r in self.log() if keep(r)]
+            if n is None or len(lines) >= n or time.time() > deadline:
+                return lines
+            time.sleep(0.05)
+
     def violations(self, host_delay_s: float, max_in_flight_per_addr: int) -> Violations:
         """The log judged against the crawler's delay and per-IP cap (see :func:`analysis.analyze`)."""
         delays = {h.name: h.crawl_delay for h in self.plan.hosts.values() if h.crawl_delay}
