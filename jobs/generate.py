@@ -24,8 +24,8 @@ URLs (status unfetched) and the rest for re-crawl; places one side cannot fill
 go to the other. Each host, or each group of hosts sharing a
 last-known IP, gets one fetch partition: ``pmod(xxhash64(coalesce(ip, host)), n)``,
 a pure column (no DNS; STYLE.md rule 4). The addresses come from the fetch
-tasks (via update) and, for hosts never fetched, from the resolve step
-(``jobs/resolve.py``) that ``run`` calls before it reads ``hosts``.
+tasks (via update) and, for listed hosts never fetched, from the resolve step
+(``jobs/resolve.py``) that ``run`` calls between selecting the list and writing it.
 
 Round logic (the protocol is ``jobs.ledger.step``): a new round N = last + 1 is opened only
 when the last round is ``updated`` (or there is none), or, for a pipelined crawl
@@ -127,7 +127,8 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
                n_partitions: int, max_pages_per_host: int, max_bytes_per_host: int,
                delay_window_s: float | None, weights: priority.Weights, pattern_action: str | None = None,
                pattern_score_factor: float = 1.0):
-    """The fetch list (FETCH_LIST columns without ``round``, plus a boolean ``discovery``) of ``crawldb`` at ``now``.
+    """The fetch list (FETCH_LIST columns without ``round``, plus a boolean ``discovery``, and the host's
+    ``ip`` and ``has_host_row`` for :mod:`jobs.resolve`) of ``crawldb`` at ``now``.
 
     ``crawldb`` and ``hosts`` are DataFrames with the CRAWLDB and HOSTS columns
     (only those read here are needed); ``now`` a naive UTC datetime. With a
@@ -159,7 +160,7 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
                    F.col("warc_record_id").alias("prev_warc_record_id"),
                    F.col("warc_fetch_time").alias("prev_fetch_time"), "url", "importance", "fetch_kind"))
     host_info = hosts.select("host", "ip", "parked_until", "pages_fetched", "bytes_fetched", "round_cap",
-                             "delay_s", "crawl_delay_s", "dup_patterns")
+                             "delay_s", "crawl_delay_s", "dup_patterns", F.lit(True).alias("has_host_row"))
     remaining = host_cap(max_per_host=max_per_host, max_pages_per_host=max_pages_per_host,
                          delay_window_s=delay_window_s)
     allowed = with_budget_left(due.join(host_info, "host", "left")
@@ -187,8 +188,28 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     chosen = (candidates.withColumn("tier", (side_rank > quota).cast("int"))
               .orderBy(F.col("tier").asc(), *order).limit(top_n))
 
-    partition = F.pmod(F.xxhash64(F.coalesce(F.col("ip"), F.col("host"))), F.lit(n_partitions)).cast("int")
-    return chosen.withColumn("partition", partition).select(*LIST_COLUMNS, "discovery")
+    return (chosen.withColumn("partition", partition_of(F.coalesce(F.col("ip"), F.col("host")), n_partitions))
+            .withColumn("has_host_row", F.col("has_host_row").isNotNull())
+            .select(*LIST_COLUMNS, "discovery", "ip", "has_host_row"))
+
+
+def partition_of(key, n_partitions: int):
+    """The fetch partition of a host whose address, or name when it has none, is the Column ``key``."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.xxhash64(key), F.lit(int(n_partitions))).cast("int")
+
+
+def with_addresses(selected, addresses: dict[str, str], n_partitions: int):
+    """``selected`` (:func:`select_due`'s rows) with the hosts of ``addresses`` (host -> ip, found by
+    :func:`jobs.resolve.run`) moved to their address's partition."""
+    from pyspark.sql import functions as F
+
+    if not addresses:
+        return selected
+    found = selected.sparkSession.createDataFrame(sorted(addresses.items()), "host string, _ip string")
+    return (selected.join(F.broadcast(found), "host", "left").withColumn("ip", F.coalesce(F.col("_ip"), F.col("ip")))
+            .withColumn("partition", partition_of(F.coalesce(F.col("ip"), F.col("host")), n_partitions)).drop("_ip"))
 
 
 def selection(crawldb, hosts, conf: Config, *, now, n_partitions: int):
@@ -320,19 +341,20 @@ def _write_list(spark, conf: Config, n: int, now, pending: dict | None, ahead=No
         used = list_ahead.usable(spark, conf, ahead, pending)
         crawldb, known = list_ahead.read(spark, ahead) if used else (common.read(spark, conf, "crawldb"),) * 2
         crawldb = _pending_crawldb(spark, conf, crawldb, known, fetch_list, fetch_output, pending, now)
-    resolve.run(spark, conf, now=now, crawldb=crawldb)
     hosts = common.read(spark, conf, "hosts")
     if pending is not None:
         hosts = pending_round.hosts_after(hosts, fetch_output, conf, round_no=int(pending["round"]),
                                           now=pending["fetched_at"])
-    selected = selection(crawldb, hosts, conf, now=now, n_partitions=fetch_partitions(spark, conf)).persist(
+    n_partitions = fetch_partitions(spark, conf)
+    selected = selection(crawldb, hosts, conf, now=now, n_partitions=n_partitions).persist(
         StorageLevel.MEMORY_AND_DISK)
     try:
         agg = selected.agg(F.count(F.lit(1)).alias("n"),
                            F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),
-                           F.countDistinct("host").alias("h")).collect()[0]
+                           F.countDistinct("host").alias("h"), resolve.unknown_hosts().alias("unknown")).collect()[0]
         if agg.n:
-            out = common.conform(selected.withColumn("round", F.lit(n)), TABLES["fetch_list"])
+            listed = with_addresses(selected, resolve.run(spark, conf, agg.unknown)["addresses"], n_partitions)
+            out = common.conform(listed.withColumn("round", F.lit(n)), TABLES["fetch_list"])
             (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
              .save(common.table_path(conf, "fetch_list")))
             faults.point("generate.after_write")
@@ -348,7 +370,7 @@ def _round_rows(spark, conf: Config, name: str, row: dict):
 
 def _pending_crawldb(spark, conf: Config, crawldb, known, fetch_list, fetch_output, pending: dict, now):
     """The due rows of the crawl DB as update of round ``pending`` (its ``fetch_list`` and ``fetch_output``
-    rows) will leave it, computed once into a staged Parquet file (resolve and the selection both read it;
+    rows) will leave it, computed once into a staged Parquet file (the selection reads it;
     the next round's generate overwrites it). ``crawldb``: its rows (or the candidates staged ahead,
     :mod:`jobs.list_ahead`), ``known``: its ``url_fp``s."""
     view = pending_round.generate_crawldb(crawldb, fetch_list, fetch_output, conf, round_no=int(pending["round"]),

@@ -1,4 +1,4 @@
-"""resolve: learn the address of every due host with none, before generate partitions by it.
+"""resolve: learn the address of every listed host with none, before generate writes its list.
 
 Why. Generate puts each host in fetch partition ``pmod(xxhash64(coalesce(ip, host)), n)``,
 so that hosts sharing an address meet in one task, whose scheduler holds the per-IP cap
@@ -6,14 +6,15 @@ so that hosts sharing an address meet in one task, whose scheduler holds the per
 this step it is partitioned by name, and three names on one address can sit in three
 tasks, each allowing the cap: the cap then holds per task, not per address.
 
-What it does (called by ``jobs.generate.run`` when it opens a round, before it reads
-``hosts``):
+What it does (called by ``jobs.generate.run`` once it has selected the round's list, before
+it writes it):
 
-1. :func:`unknown_hosts`: the distinct hosts of the URLs due now
-   (``jobs.generate.due_urls``, the same rule generate selects by) whose ``hosts`` row
-   is missing or has ``ip`` null.
-2. Those hosts are spread over ``generate.fetch_partitions`` Spark tasks; each task looks
-   them up through :func:`crawl_udfs.dns.resolve_all`: the hosts file
+1. :func:`unknown_hosts`: the aggregate generate's count of the selection computes beside
+   its counts, the distinct listed hosts whose ``hosts`` row is missing or has ``ip`` null
+   (``jobs.generate.select_due`` carries each row's ``ip`` and ``has_host_row``). When every
+   listed host has an address, that is all this step costs: no job, no commit.
+2. :func:`run`: those hosts are spread over ``generate.fetch_partitions`` Spark tasks; each
+   task looks them up through :func:`crawl_udfs.dns.resolve_all`: the hosts file
    (``net.hosts_file``), then the system resolver bounded by ``fetch.dns_timeout_s``,
    at most ``net.dns_concurrency`` lookups in flight, and the SSRF guard
    (``net.allow_private_cidrs``), exactly as a fetch task resolves. No lookup happens in
@@ -24,15 +25,18 @@ What it does (called by ``jobs.generate.run`` when it opens a round, before it r
    round every host is new, so the write is one append (a MERGE costs a join and a
    dozen Spark jobs more: bench/first_request.py). Only this writer holds the crawl
    lease, so no other command appends a row for the same host meanwhile; a crash between
-   the append and the MERGE leaves the appended rows, which the rerun finds known. A host that does not resolve, or resolves only to refused addresses,
-   keeps ``ip`` null (it is partitioned by name, and its fetch task finds the same
+   the append and the MERGE, or before generate writes its list, leaves the appended rows,
+   which the rerun finds known. A host that does not resolve, or resolves only to refused
+   addresses, keeps ``ip`` null (it is partitioned by name, and its fetch task finds the same
    answer and reports ``dns`` / ``ssrf_blocked`` for its URLs) and its row records why in
-   ``resolve_error``; a later round tries again while its URLs are still due.
+   ``resolve_error``; a later round that lists it tries again.
+4. Generate moves the resolved hosts' rows to their address's partition
+   (``jobs.generate.with_addresses``) and writes the list.
 
-The crawl DB is never written here (only update does); ``hosts`` is, and only its
-``ip`` / ``resolve_error`` for hosts that had no address. Idempotent: a rerun finds
-nothing unknown but the hosts that did not resolve. When nothing is unknown the cost is
-one small job (the due scan, pushed down as in generate) and no commit.
+Only hosts the round lists are looked up: a due host that is parked, out of budget or
+beyond ``top_n`` waits for the round that lists it. The crawl DB is never written here
+(only update does); ``hosts`` is, and only its ``ip`` / ``resolve_error`` for hosts that
+had no address.
 """
 
 from __future__ import annotations
@@ -49,15 +53,12 @@ HOSTS_TABLE = TABLES["hosts"]
 RESOLVED_COLUMNS = ("host", "ip", "resolve_error")
 
 
-def unknown_hosts(due, hosts):
-    """Distinct ``host`` of the ``due`` crawl DB rows with no ``hosts`` row or a null ``ip``, and
-    ``has_row``: whether it has a ``hosts`` row (with ``ip`` null)."""
+def unknown_hosts():
+    """The aggregate of :func:`jobs.generate.select_due`'s rows that :func:`run` takes: the distinct
+    (``host``, ``has_host_row``) of rows whose host has no ``ip``, as an array of structs."""
     from pyspark.sql import functions as F
 
-    rows = hosts.select("host", F.col("ip").isNotNull().alias("_has_ip"))
-    return (due.select("host").distinct().join(rows, "host", "left")
-            .where(~F.coalesce(F.col("_has_ip"), F.lit(False)))
-            .select("host", F.col("_has_ip").isNotNull().alias("has_row")))
+    return F.collect_set(F.when(F.col("ip").isNull(), F.struct("host", "has_host_row")))
 
 
 def new_host_rows(resolved):
@@ -94,37 +95,31 @@ class ResolveTask:
                                          + [pa.array(has_row, pa.bool_())], names=[*RESOLVED_COLUMNS, "has_row"])
 
 
-def run(spark, conf: Config, *, now=None, crawldb=None) -> dict[str, Any]:
-    """Resolve the due hosts with no address and write ``hosts.ip``. Returns the counts.
-
-    ``crawldb`` is the crawl DB generate selects from (default: the table; a pipelined
-    round's view, ``jobs.pending_round.generate_crawldb``, adds the URLs a round not yet
-    merged discovered, whose new hosts are resolved before they are partitioned)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+def run(spark, conf: Config, unknown) -> dict[str, Any]:
+    """Look up ``unknown`` (rows of :func:`unknown_hosts`: ``host``, ``has_host_row``) in Spark tasks and
+    write ``hosts.ip`` / ``resolve_error``. Returns the counts and ``addresses``: host -> ip of those found."""
     from pyspark.sql.types import BooleanType, StructField, StructType, StringType
 
-    from jobs.generate import due_urls, fetch_partitions
+    from jobs.generate import fetch_partitions
 
-    now = now or common.now_utc()
-    crawldb = common.read(spark, conf, "crawldb") if crawldb is None else crawldb
-    unknown = unknown_hosts(due_urls(crawldb, now), common.read(spark, conf, "hosts"))
+    unknown = sorted((r["host"], bool(r["has_host_row"])) for r in unknown)
+    if not unknown:
+        return {"resolved_hosts": 0, "unresolved_hosts": 0, "addresses": {}}
     schema = StructType([StructField(c, StringType()) for c in RESOLVED_COLUMNS]
                         + [StructField("has_row", BooleanType())])
-    resolved = (unknown.repartition(fetch_partitions(spark, conf))
-                .mapInArrow(ResolveTask(conf), schema)
-                .persist(StorageLevel.MEMORY_AND_DISK))  # one lookup per host: the writes read it again
-    try:
-        row = resolved.agg(F.count(F.lit(1)).alias("n"), F.count("ip").alias("ok"),
-                           F.count(F.when(F.col("has_row"), 1)).alias("old")).collect()[0]
-        if row.n > row.old:
-            new = common.conform(new_host_rows(resolved.where(~F.col("has_row"))), HOSTS_TABLE)
-            new.write.format("delta").mode("append").save(common.table_path(conf, "hosts"))
-        if row.old:
-            (common.table(spark, conf, "hosts").alias("t")
-             .merge(resolved.where(F.col("has_row")).alias("s"), "t.host = s.host")
-             .whenMatchedUpdate(condition="t.ip IS NULL", set={"ip": "s.ip", "resolve_error": "s.resolve_error"})
-             .execute())
-    finally:
-        resolved.unpersist()
-    return {"resolved_hosts": row.ok, "unresolved_hosts": row.n - row.ok}
+    names = spark.createDataFrame(unknown, "host string, has_row boolean")
+    resolved = (names.repartition(min(len(unknown), fetch_partitions(spark, conf)))
+                .mapInArrow(ResolveTask(conf), schema).collect())  # one row a host: small
+    new = [r for r in resolved if not r.has_row]
+    old = [r for r in resolved if r.has_row]
+    if new:
+        rows = common.conform(new_host_rows(spark.createDataFrame(new, schema)), HOSTS_TABLE)
+        rows.write.format("delta").mode("append").save(common.table_path(conf, "hosts"))
+    if old:
+        (common.table(spark, conf, "hosts").alias("t")
+         .merge(spark.createDataFrame(old, schema).alias("s"), "t.host = s.host")
+         .whenMatchedUpdate(condition="t.ip IS NULL", set={"ip": "s.ip", "resolve_error": "s.resolve_error"})
+         .execute())
+    addresses = {r.host: r.ip for r in resolved if r.ip is not None}
+    return {"resolved_hosts": len(addresses), "unresolved_hosts": len(resolved) - len(addresses),
+            "addresses": addresses}

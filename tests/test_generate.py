@@ -72,7 +72,7 @@ def test_due_eligible_only(spark):
     ])
     assert urls_of(rows) == {"http://a.test/due", "http://a.test/exactly-now", "http://a.test/refetch",
                              "http://a.test/retry"}
-    assert set(rows[0].asDict()) == set(generate.LIST_COLUMNS) | {"discovery"}
+    assert set(rows[0].asDict()) == set(generate.LIST_COLUMNS) | {"discovery", "ip", "has_host_row"}
     assert {r.url: r.discovery for r in rows}["http://a.test/refetch"] is False
 
 

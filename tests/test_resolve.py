@@ -13,7 +13,7 @@ import xxhash
 from crawl_udfs import config
 from jobs import common, generate, ledger, resolve
 from schemas.tables import CRAWLDB, HOSTS, TABLES
-from tests.test_generate import FUTURE, NOW, host_row, url_row
+from tests.test_generate import FUTURE, NOW, WEIGHTS, host_row, url_row
 
 pytestmark = pytest.mark.spark
 
@@ -25,14 +25,18 @@ def _hosts(spark, rows):
     return spark.createDataFrame(list(rows), HOSTS)
 
 
-def test_unknown_hosts_are_the_due_hosts_without_an_address(spark):
+def test_unknown_hosts_are_the_listed_hosts_without_an_address(spark):
     urls = [url_row("http://new.test/1"), url_row("http://new.test/2"), url_row("http://noip.test/"),
             url_row("http://known.test/"), url_row("http://later.test/", due=FUTURE),
-            url_row("http://final.test/", status="error_final")]
+            url_row("http://final.test/", status="error_final"), url_row("http://parked.test/")]
     crawldb = spark.createDataFrame(urls, CRAWLDB)
-    hosts = _hosts(spark, [host_row("noip.test"), host_row("known.test", ip="192.0.2.1"), host_row("idle.test")])
-    got = resolve.unknown_hosts(generate.due_urls(crawldb, NOW), hosts).collect()
-    assert sorted(r.host for r in got) == ["new.test", "noip.test"]
+    hosts = _hosts(spark, [host_row("noip.test"), host_row("known.test", ip="192.0.2.1"), host_row("idle.test"),
+                           host_row("parked.test", parked_until=FUTURE)])
+    selected = generate.select_due(crawldb, hosts, now=NOW, max_per_host=10, top_n=10, discovery_share=0.5,
+                                   n_partitions=2, max_pages_per_host=100, max_bytes_per_host=10**9,
+                                   delay_window_s=None, weights=WEIGHTS)
+    got = selected.agg(resolve.unknown_hosts().alias("u")).collect()[0].u
+    assert sorted((r.host, r.has_host_row) for r in got) == [("new.test", False), ("noip.test", True)]
 
 
 def test_new_host_rows_fill_every_not_null_column(spark):
@@ -66,6 +70,14 @@ def _append(spark, c, name, rows, schema):
         .save(common.table_path(c, name))
 
 
+def _run(spark, conf):
+    """resolve.run on the hosts generate would list now without an address, as generate calls it."""
+    listed = generate.selection(common.read(spark, conf, "crawldb"), common.read(spark, conf, "hosts"), conf,
+                                now=NOW, n_partitions=N_PARTITIONS)
+    got = resolve.run(spark, conf, listed.agg(resolve.unknown_hosts().alias("u")).collect()[0].u)
+    return {k: v for k, v in got.items() if k != "addresses"}
+
+
 def test_run_writes_addresses_once(spark, conf):
     urls = [url_row(f"http://{h}/{i}") for h in SHARED for i in range(2)]
     urls += [url_row("http://known.test/"), url_row("http://bait.test/"), url_row("http://192.0.2.5/")]
@@ -74,7 +86,7 @@ def test_run_writes_addresses_once(spark, conf):
     _append(spark, conf, "hosts", [host_row("charlie.test", pages_fetched=3),
                                    host_row("known.test", ip="127.10.9.9")], HOSTS)
 
-    assert resolve.run(spark, conf, now=NOW) == {"resolved_hosts": 4, "unresolved_hosts": 2}
+    assert _run(spark, conf) == {"resolved_hosts": 4, "unresolved_hosts": 2}
     hosts = {r.host: r for r in common.read(spark, conf, "hosts").collect()}
     assert {h: hosts[h].ip for h in SHARED} == dict.fromkeys(SHARED, "127.10.0.7")
     assert hosts["charlie.test"].pages_fetched == 3                        # the old row kept, ip added
@@ -84,7 +96,7 @@ def test_run_writes_addresses_once(spark, conf):
     assert all(hosts[h].resolve_error is None for h in SHARED)
 
     # idempotent: only the hosts that found no address are tried again, to the same answer
-    assert resolve.run(spark, conf, now=NOW) == {"resolved_hosts": 0, "unresolved_hosts": 2}
+    assert _run(spark, conf) == {"resolved_hosts": 0, "unresolved_hosts": 2}
     assert {r.host: (r.ip, r.resolve_error) for r in common.read(spark, conf, "hosts").collect()} == \
         {h: (r.ip, r.resolve_error) for h, r in hosts.items()}
 
@@ -104,7 +116,7 @@ def test_nothing_unknown_writes_nothing(spark, conf):
     _append(spark, conf, "crawldb", [url_row("http://known.test/")], CRAWLDB)
     _append(spark, conf, "hosts", [host_row("known.test", ip="127.10.0.8")], HOSTS)
     commits = sorted(Path(common.table_path(conf, "hosts"), "_delta_log").glob("*.json"))
-    assert resolve.run(spark, conf, now=NOW) == {"resolved_hosts": 0, "unresolved_hosts": 0}
+    assert _run(spark, conf) == {"resolved_hosts": 0, "unresolved_hosts": 0}
     assert sorted(Path(common.table_path(conf, "hosts"), "_delta_log").glob("*.json")) == commits
 
 
@@ -113,7 +125,25 @@ def test_hosts_never_seen_are_appended_without_a_merge(spark, conf):
     a dozen Spark jobs more before the first request (bench/first_request.py)."""
     _append(spark, conf, "crawldb", [url_row(f"http://{h}/") for h in SHARED], CRAWLDB)
     before = common.table(spark, conf, "hosts").history().count()
-    assert resolve.run(spark, conf, now=NOW) == {"resolved_hosts": 4, "unresolved_hosts": 0}
+    assert _run(spark, conf) == {"resolved_hosts": 4, "unresolved_hosts": 0}
     ops = [r.operation for r in common.table(spark, conf, "hosts").history().orderBy("version").collect()]
     assert ops[before:] == ["WRITE"]
     assert {r.host: r.ip for r in common.read(spark, conf, "hosts").collect()} == dict.fromkeys(SHARED, "127.10.0.7")
+
+
+def test_resolved_hosts_move_to_their_addresses_partition(spark):
+    """Generate moves the hosts resolve found to their address's partition (the write of ``hosts`` also
+    makes Delta recompute a cached selection, so the test above alone would not catch a missing move)."""
+    urls = [url_row(f"http://{h}/") for h in SHARED] + [url_row("http://known.test/")]
+    hosts = _hosts(spark, [host_row("known.test", ip="127.10.0.8")])
+    selected = generate.select_due(spark.createDataFrame(urls, CRAWLDB), hosts, now=NOW, max_per_host=10, top_n=10,
+                                   discovery_share=0.5, n_partitions=N_PARTITIONS, max_pages_per_host=100,
+                                   max_bytes_per_host=10**9, delay_window_s=None, weights=WEIGHTS)
+    before = {r.host: r.partition for r in selected.collect()}
+    assert before == {h: _pmod_hash(h, N_PARTITIONS) for h in (*SHARED, "known.test")} | \
+        {"known.test": _pmod_hash("127.10.0.8", N_PARTITIONS)}
+    moved = generate.with_addresses(selected, {h: "127.10.0.7" for h in SHARED[:3]}, N_PARTITIONS).collect()
+    assert {r.host: (r.partition, r.ip) for r in moved} == \
+        {**{h: (_pmod_hash("127.10.0.7", N_PARTITIONS), "127.10.0.7") for h in SHARED[:3]},
+         SHARED[3]: (_pmod_hash(SHARED[3], N_PARTITIONS), None),
+         "known.test": (_pmod_hash("127.10.0.8", N_PARTITIONS), "127.10.0.8")}
