@@ -79,6 +79,19 @@ def from_spark(con: duckdb.DuckDBPyConnection, df: Any, name: str) -> duckdb.Duc
     return con.view(name)
 
 
+def from_spark_all(con: duckdb.DuckDBPyConnection, dfs: dict[str, Any]) -> dict[str, duckdb.DuckDBPyRelation]:
+    """:func:`from_spark` of independent DataFrames, by name: their Spark jobs run side by side (one thread
+    each; a small collect is mostly the driver's planning and Delta's snapshot work), then each is registered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, len(dfs)), thread_name_prefix="from-spark") as pool:
+        tables = {name: pool.submit(df.toArrow) for name, df in dfs.items()}
+        tables = {name: f.result() for name, f in tables.items()}
+    for name, table in tables.items():
+        con.register(name, table)
+    return {name: con.view(name) for name in tables}
+
+
 def register(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation, name: str) -> duckdb.DuckDBPyRelation:
     """``rel`` computed once into a temporary table ``name`` (what ``keep`` is to the Spark plan)."""
     con.sql(f'DROP TABLE IF EXISTS "{name}"')

@@ -41,7 +41,7 @@ DRIVER_PID_ENV = "DELTACRAWL_DRIVER_PID"
 DRIVER_POINTS = (
     "generate.after_write",          # fetch_list of round N written, ledger not yet "generated"
     "fetch.after_write",             # fetch_output of round N committed, WARC files still staged
-    "update.after_fetch_log",        # crawldb and hosts merged, fetch_log appended, links not
+    "update.after_fetch_log",        # fetch_log appended, links not; the MERGEs beside it done or not
     "update.after_links",            # links appended too, ledger not yet "updated"
 )
 #: Points inside a fetch task's Python worker.

@@ -218,15 +218,35 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
         staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in _sources(p)}
         staged["hosts"] = p.hosts  # already staged by ``keep``
     counts = {"near_duplicates": 0, "near_dup_index": 0, **observed.counts()}  # declared: written, 0 with the key off
-    _merge_crawldb(spark, conf, staged["crawldb_source"], n, tag)
-    _merge_hosts(spark, conf, staged["hosts"], n, tag)
-    _append(conf, staged["fetch_log"], "fetch_log", n, tag)
-    faults.point("update.after_fetch_log")
-    _append(conf, staged["links"], "links", n, tag)
-    faults.point("update.after_links")
-    if "near_dup_index" in staged:
-        _append(conf, staged["near_dup_index"], "near_dup_index", n, tag)
+    _commit(spark, conf, staged, n, tag)
     return counts
+
+
+def _commit(spark, conf: Config, staged: dict[str, Any], n: int, tag: str) -> None:
+    """The round's writes: the two MERGEs in one thread, the appends beside them in another.
+
+    Each write is guarded on its own (``updated_round < N``, ``txnVersion = N``), so their order does not
+    matter to a rerun, and each is a different table: the appends (small jobs, mostly the driver's Delta
+    commit work) overlap the MERGEs instead of following them (measured: bench/verb_cost.py, RESULTS.md
+    "Session 18"). The commit tag is set once for both threads (session settings are the session's)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def merges():
+        _merge_crawldb(spark, conf, staged["crawldb_source"], n, tag)
+        _merge_hosts(spark, conf, staged["hosts"], n, tag)
+
+    def appends():
+        _append(conf, staged["fetch_log"], "fetch_log", n, tag)
+        faults.point("update.after_fetch_log")
+        _append(conf, staged["links"], "links", n, tag)
+        if "near_dup_index" in staged:
+            _append(conf, staged["near_dup_index"], "near_dup_index", n, tag)
+
+    with _tagged(spark, tag), ThreadPoolExecutor(2, thread_name_prefix="update-commit") as pool:
+        done = [pool.submit(merges), pool.submit(appends)]
+        for f in done:
+            f.result()
+    faults.point("update.after_links")
 
 
 def _sources(p: Plan) -> list[tuple[str, Any]]:
@@ -256,8 +276,9 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
     con = E.connect(conf.update.driver_threads)
     try:  # the round's rows collected first: the key sets are computed from them on the driver, and each
         # crawl-DB, hosts and index read is one scan joined with a broadcast of local rows
-        fo = E.from_spark(con, fetch_output, "fetch_output")
-        inputs = {"fetch_output": fo, "fetch_list": E.from_spark(con, fetch_list, "fetch_list"), "near_dup_index": None}
+        inputs = {**E.from_spark_all(con, {"fetch_output": fetch_output, "fetch_list": fetch_list}),
+                  "near_dup_index": None}
+        fo = inputs["fetch_output"]
         index_fps = None
         if index is not None:
             bk = E.to_spark(spark, G.block_keys(con, fo, conf.simhash.near_duplicate_bits), _key_schema("block_key"))
@@ -265,11 +286,10 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
             index_fps = inputs["near_dup_index"].project("url_fp")
         keys = G.Keys(**{name: E.to_spark(spark, rel, _key_schema(rel.columns[0]))
                          for name, rel in G.keys(con, fo, index_fps).items()})
-        inputs["crawldb"] = E.from_spark(con, G.crawldb_rows(crawldb, keys, observe=observed), "crawldb")
-        inputs["hosts"] = E.from_spark(con, G.hosts_rows(hosts, keys, conf), "hosts")
+        gathered = {"crawldb": G.crawldb_rows(crawldb, keys, observe=observed), "hosts": G.hosts_rows(hosts, keys, conf)}
         if conf.schedule.policy == "adaptive":  # the round's multiplier weighs the crawl DB's other stored pages
-            inputs["stored_buckets"] = E.from_spark(con, G.stored_buckets(crawldb, fetch_output, conf.schedule),
-                                                    "stored_buckets")
+            gathered["stored_buckets"] = G.stored_buckets(crawldb, fetch_output, conf.schedule)
+        inputs.update(E.from_spark_all(con, gathered))
 
         def more(kind: str, keys):
             read = G.repoint_rows if kind == "repoint" else G.budget_rows
@@ -356,7 +376,8 @@ NOT_UPDATED = ("importance",)  # jobs/importance.py
 def _merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
     cols = {f.name: f"s.`{f.name}`" for f in CRAWLDB.fields}
     owned = {c: v for c, v in cols.items() if c not in NOT_UPDATED}
-    with _tagged(spark, tag):
+    with _tagged(spark, tag):  # tagged by the caller too: nesting keeps the same values
+        source = source.repartition(spark.sparkContext.defaultParallelism, "url_fp")
         (common.table(spark, conf, "crawldb").alias("t").merge(source.alias("s"), "t.url_fp = s.url_fp")
          .whenMatchedUpdate(condition=f"s._kind IN ('update', 'budget') AND t.updated_round < {n}", set=owned)
          .whenMatchedUpdate(condition=f"s._kind = 'repoint' AND t.updated_round < {n}",
