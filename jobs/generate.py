@@ -58,7 +58,6 @@ selected rows, counts them once and writes them from the cache.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any
 
@@ -311,9 +310,8 @@ def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: boo
             return {"round": st.round, "resumed": True, "state": st.row["state"],
                     "generated": counts.get("generated", 0), "row": st.row}
         now, pending = now or common.now_utc(), st.pending
-        static = common.session_conf(spark, common.STATIC_PLANS) if pending else contextlib.nullcontext()
         n, n_partitions = st.round, fetch_partitions(spark, conf)
-        with static:  # a pipelined round's plans read staged and small inputs (see common.STATIC_PLANS)
+        with common.session_conf(spark, common.STATIC_PLANS):  # one job a stage, not one an exchange
             agg, listed_ahead = _write_list(spark, conf, n, now, pending, ahead)
         if agg.n == 0:
             return {"round": None, "generated": 0}
