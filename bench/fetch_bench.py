@@ -153,7 +153,9 @@ class _Timers:
                ("classify", "crawl_udfs.pages", None, "classify"),
                ("parse", "crawl_udfs.pages", None, "parse"),
                ("admission.reason", "crawl_udfs.admission", "Admission", "reason"),
-               ("simhash", "crawl_udfs.pages", None, "simhash"),
+               ("main-text shingles", "crawl_udfs.pages", None, "shingled"),
+               ("simhash", "crawl_udfs.pages", None, "simhash_of"),
+               ("minhash", "crawl_udfs.pages", None, "minhash_of"),
                ("payload_digest", "crawl_udfs.classify", None, "payload_digest"),
                ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"))
 
