@@ -69,6 +69,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import json
 import os
@@ -152,14 +153,17 @@ class _Timers:
     TARGETS = (("page_done (all work after the body)", "crawl_udfs.pages", "PageWork", "page_done"),
                ("classify", "crawl_udfs.pages", None, "classify"),
                ("parse", "crawl_udfs.pages", None, "parse"),
-               ("admission.reason", "crawl_udfs.admission", "Admission", "reason"),
+               ("URL admission of the outlinks", "crawl_udfs.pages", None, "admitted"),
                ("main-text shingles", "crawl_udfs.pages", None, "shingled"),
                ("simhash", "crawl_udfs.pages", None, "simhash_of"),
                ("minhash", "crawl_udfs.pages", None, "minhash_of"),
                ("payload_digest", "crawl_udfs.classify", None, "payload_digest"),
                ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"))
 
+    GC = "garbage collection (inside the steps)"
+
     def __init__(self) -> None:
+        self._gc_start = 0.0
         self.seconds: dict[str, float] = {}
         self.calls: Counter = Counter()
         self._undo: list = []
@@ -186,8 +190,18 @@ class _Timers:
 
             setattr(owner, name, timed)
             self._undo.append((owner, name, fn))
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict) -> None:
+        """Garbage collections' CPU time (they run inside whichever step allocated: counted there too)."""
+        if phase == "start":
+            self._gc_start = time.thread_time()
+        else:
+            self.seconds[self.GC] = self.seconds.get(self.GC, 0.0) + time.thread_time() - self._gc_start
+            self.calls[self.GC] += 1
 
     def uninstall(self) -> None:
+        gc.callbacks.remove(self._gc)
         for owner, name, fn in reversed(self._undo):
             setattr(owner, name, fn)
 
@@ -684,7 +698,7 @@ def report_b(b: dict) -> list[str]:
         cs = comp["components_s"]
         lines += [f"    where A's client CPU goes (in-situ timers on the untimed warm-up run of A: {n} pages, "
                   f"{total_ms:.2f} ms CPU/page; thread CPU time inside each step):"]
-        for label, *_ in _Timers.TARGETS:
+        for label in [t[0] for t in _Timers.TARGETS] + [_Timers.GC]:
             if label in cs:
                 share = 100 * cs[label] / comp["cpu_s"]
                 lines.append(f"      {label:<40} {cs[label] * 1000 / n:>6.3f} ms/page  {share:>4.0f}%")
