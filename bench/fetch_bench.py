@@ -158,7 +158,8 @@ class _Timers:
                ("simhash", "crawl_udfs.pages", None, "simhash_of"),
                ("minhash", "crawl_udfs.pages", None, "minhash_of"),
                ("payload_digest", "crawl_udfs.classify", None, "payload_digest"),
-               ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"))
+               ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"),
+               ("in-round follow (in 'everything else')", "crawl_udfs.host_runs", "TaskHosts", "follow"))
 
     GC = "garbage collection (inside the steps)"
 
