@@ -20,7 +20,7 @@ import re
 
 from crawl_udfs.config import Section
 from crawl_udfs.rows import Outlink
-from crawl_udfs.url_normalize import Resolved, fingerprint, host_of
+from crawl_udfs.url_normalize import Resolved, as_resolved
 
 
 def rel_tokens(value: str | None) -> list[str]:
@@ -71,7 +71,7 @@ class LinkSet:
         if seen is not None:
             seen.nofollow = seen.nofollow and nofollow
         elif len(self.items) < self.cap:
-            link = Outlink(url, found[1], kind, nofollow, found[2])
+            link = Outlink(url=url, url_fp=found[1], kind=kind, nofollow=nofollow, host=found[2])
             self.index[url] = link
             self.items.append(link)
         return url
@@ -79,8 +79,7 @@ class LinkSet:
 
 def _resolve(normalizer, base: str, href: str) -> Resolved | None:
     """A plain normaliser's result for ``href`` on ``base``, with its fingerprint and host."""
-    url = normalizer.normalize(href, base)
-    return None if url is None else (url, fingerprint(url), host_of(url))
+    return as_resolved(normalizer.normalize(href, base))
 
 
 _LINK_ATTR = {"a": "href", "area": "href", "frame": "src", "iframe": "src"}

@@ -44,7 +44,7 @@ from ada_url import URL, idna, join_url
 
 from crawl_udfs.config import Section
 
-__all__ = ["UrlNormalizer", "CachedNormalizer", "Resolved", "normalize", "fingerprint", "host_of"]
+__all__ = ["UrlNormalizer", "CachedNormalizer", "Resolved", "as_resolved", "normalize", "fingerprint", "host_of"]
 
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -250,7 +250,7 @@ class CachedNormalizer:
     def resolved(self, url: str, base: str | None = None) -> Resolved | None:
         """:meth:`normalize`'s result with its fingerprint and host, or None."""
         if not isinstance(url, str) or (base is not None and not isinstance(base, str)):
-            return _resolved(self._norm.normalize(url, base))
+            return as_resolved(self._norm.normalize(url, base))
         if base is None:
             scope = None
         elif base not in self._outputs:  # an unparsable base fails even an absolute reference
@@ -275,7 +275,7 @@ class CachedNormalizer:
 
         def resolve(url: str) -> Resolved | None:
             if not isinstance(url, str):
-                return _resolved(self._norm.normalize(url, base))
+                return as_resolved(self._norm.normalize(url, base))
             key = (_narrow_scope(url, base, origin, directory), url)
             out = memo.get(key, _MISS)
             return self._miss(key, url, base) if out is _MISS else out
@@ -291,13 +291,14 @@ class CachedNormalizer:
         if out is not None:
             resolved = self._outputs.get(out)
             if resolved is None:
-                resolved = self._outputs[out] = _resolved(out)
+                resolved = self._outputs[out] = as_resolved(out)
         self._memo[key] = resolved
         return resolved
 
 
-def _resolved(url: str | None) -> Resolved | None:
-    """``url`` with its fingerprint and host (the host interned: a site's links share one string)."""
+def as_resolved(url: str | None) -> Resolved | None:
+    """A normaliser result with its fingerprint and host (the host interned: a site's links share one
+    string); None for None."""
     return None if url is None else (url, fingerprint(url), sys.intern(host_of(url)))
 
 
