@@ -56,7 +56,7 @@ scenario starts with an untimed warm-up request per host.
     B pages/s, median and spread. CPU seconds of the client and of the server
     process are given per page, to show which side was the bottleneck, and the
     warm-up run of A carries in-situ timers (``_Timers``) that split A's CPU
-    per page into parse, SimHash, WARC, ... and the rest.
+    per page into parse, SimHash, WARC, ... and the rest (and time the garbage collector).
     (b) runs once per page kind (``B_PAGE_KINDS``, ``--pages``): the test web's own pages
     (2-3 KB) and realistic-size ones (48-56 KB: each planned page inside a real site's
     markup -- head metadata, inline scripts and CSS, a mega-menu and footer of ~150 links,

@@ -1,10 +1,11 @@
-"""The fetch task's loop helpers (crawl_udfs.event_loop): older objects out of the task's collections."""
+"""The fetch task's garbage collector (crawl_udfs.event_loop.quiet_gc): older objects out of its collections,
+full collections rarer, both given back."""
 
 import gc
 
 import pytest
 
-from crawl_udfs.event_loop import older_objects_frozen
+from crawl_udfs.event_loop import TASK_FULL_COLLECTION_EVERY, quiet_gc
 
 
 def _tracked(obj) -> bool:
@@ -16,15 +17,17 @@ def test_older_objects_are_out_of_the_tasks_collections_and_given_back():
     gc.unfreeze()
     held = [[] for _ in range(3)]  # lists are tracked
     assert _tracked(held) and gc.get_freeze_count() == 0
-    with older_objects_frozen():
+    thresholds = gc.get_threshold()
+    with quiet_gc():
         assert not _tracked(held) and gc.get_freeze_count() > 0
         made = [[]]
         assert _tracked(made)  # the task's own objects are collected as usual
-    assert _tracked(held) and gc.get_freeze_count() == 0
+        assert gc.get_threshold() == (*thresholds[:2], max(thresholds[2], TASK_FULL_COLLECTION_EVERY))
+    assert _tracked(held) and gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
 
 
 def test_frozen_objects_are_given_back_when_the_task_fails():
     with pytest.raises(RuntimeError):
-        with older_objects_frozen():
+        with quiet_gc():
             raise RuntimeError("task bug")
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold()[2] < TASK_FULL_COLLECTION_EVERY
