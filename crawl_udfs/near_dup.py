@@ -17,7 +17,8 @@ Guarantees:
   :func:`minhash_of` applies datasketch's arithmetic (``MinHash.update_batch``, CPU path: the
   MurmurHash3 finalizer, then ``a * h + b`` in uint32) itself, in chunks, after hashing the
   features with one ``map`` instead of datasketch's per-feature Python loop: the same bytes
-  (tests/test_near_dup.py compares them with datasketch's), ~3x faster on a page.
+  (tests/test_near_dup.py compares them with datasketch's): 0.15 against 0.28 ms for a realistic
+  page's ~900 features, 0.031 against 0.042 ms for a test-web page's ~170 (session 18).
 - :func:`jaccard` of two stored signatures is datasketch's ``MinHash.jaccard`` (the share of
   equal values); :func:`near_duplicates` is the whole second check: the estimate at or above
   ``dedup.jaccard_threshold`` and the length sanity check of ``dedup.length_ratio``.
