@@ -56,7 +56,7 @@ scenario starts with an untimed warm-up request per host.
     B pages/s, median and spread. CPU seconds of the client and of the server
     process are given per page, to show which side was the bottleneck, and the
     warm-up run of A carries in-situ timers (``_Timers``) that split A's CPU
-    per page into parse, SimHash, WARC, ... and the rest.
+    per page into parse, SimHash, WARC, ... and the rest (and time the garbage collector).
     (b) runs once per page kind (``B_PAGE_KINDS``, ``--pages``): the test web's own pages
     (2-3 KB) and realistic-size ones (48-56 KB: each planned page inside a real site's
     markup -- head metadata, inline scripts and CSS, a mega-menu and footer of ~150 links,
@@ -69,6 +69,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import json
 import os
@@ -152,12 +153,18 @@ class _Timers:
     TARGETS = (("page_done (all work after the body)", "crawl_udfs.pages", "PageWork", "page_done"),
                ("classify", "crawl_udfs.pages", None, "classify"),
                ("parse", "crawl_udfs.pages", None, "parse"),
-               ("admission.reason", "crawl_udfs.admission", "Admission", "reason"),
-               ("simhash", "crawl_udfs.pages", None, "simhash"),
+               ("URL admission of the outlinks", "crawl_udfs.pages", None, "admitted"),
+               ("main-text shingles", "crawl_udfs.pages", None, "shingled"),
+               ("simhash", "crawl_udfs.pages", None, "simhash_of"),
+               ("minhash", "crawl_udfs.pages", None, "minhash_of"),
                ("payload_digest", "crawl_udfs.classify", None, "payload_digest"),
-               ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"))
+               ("WARC write_exchange", "crawl_udfs.warc", "RollingWarcWriter", "write_exchange"),
+               ("in-round follow (in 'everything else')", "crawl_udfs.host_runs", "TaskHosts", "follow"))
+
+    GC = "garbage collection (inside the steps)"
 
     def __init__(self) -> None:
+        self._gc_start = 0.0
         self.seconds: dict[str, float] = {}
         self.calls: Counter = Counter()
         self._undo: list = []
@@ -184,8 +191,18 @@ class _Timers:
 
             setattr(owner, name, timed)
             self._undo.append((owner, name, fn))
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict) -> None:
+        """Garbage collections' CPU time (they run inside whichever step allocated: counted there too)."""
+        if phase == "start":
+            self._gc_start = time.thread_time()
+        else:
+            self.seconds[self.GC] = self.seconds.get(self.GC, 0.0) + time.thread_time() - self._gc_start
+            self.calls[self.GC] += 1
 
     def uninstall(self) -> None:
+        gc.callbacks.remove(self._gc)
         for owner, name, fn in reversed(self._undo):
             setattr(owner, name, fn)
 
@@ -534,7 +551,9 @@ HOT_SPOTS = (
     ("    parser.parse (lxml, links, main text)", "crawl_udfs/parser.py", "parse"),
     ("      outlink normalisation", "crawl_udfs/url_normalize.py", "normalize"),
     ("      main-text extraction", "crawl_udfs/main_text.py", "main_text"),
-    ("    simhash", "crawl_udfs/simhash.py", "simhash"),
+    ("    main-text shingles", "crawl_udfs/simhash.py", "shingled"),
+    ("    simhash", "crawl_udfs/simhash.py", "simhash_of"),
+    ("    minhash", "crawl_udfs/near_dup.py", "minhash_of"),
     ("    WARC write_exchange (gzip, digests)", "crawl_udfs/warc.py", "write_exchange"),
     ("    payload_digest", "crawl_udfs/signatures.py", "payload_digest"),
     ("robots.txt fetch + parse", "crawl_udfs/partition.py", "_robots_hop"),
@@ -682,7 +701,7 @@ def report_b(b: dict) -> list[str]:
         cs = comp["components_s"]
         lines += [f"    where A's client CPU goes (in-situ timers on the untimed warm-up run of A: {n} pages, "
                   f"{total_ms:.2f} ms CPU/page; thread CPU time inside each step):"]
-        for label, *_ in _Timers.TARGETS:
+        for label in [t[0] for t in _Timers.TARGETS] + [_Timers.GC]:
             if label in cs:
                 share = 100 * cs[label] / comp["cpu_s"]
                 lines.append(f"      {label:<40} {cs[label] * 1000 / n:>6.3f} ms/page  {share:>4.0f}%")

@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
+from typing import Iterable
 
 from crawl_udfs.config import Config
 from crawl_udfs.url_normalize import host_of
@@ -142,12 +143,29 @@ class Admission:
         ``kind`` is ``seed`` or an outlink kind; ``source_host`` and ``parent_depth``
         describe the page the URL was found on (unused for a seed).
         """
-        trap, host, host_rule = self._facts(url)
+        return self._verdict(self._facts(url), kind, source_host, depth_of(parent_depth, kind))
+
+    def admitted(self, urls_kinds: Iterable[tuple[str, str]], *, source_host: str | None,
+                 parent_depth: int) -> list[bool]:
+        """:meth:`reason` is None, for each (url, kind) found on one page: a page's outlinks in one call."""
+        facts, verdict, depths = self._facts, self._verdict, {}
+        out = []
+        for url, kind in urls_kinds:
+            depth = depths.get(kind)
+            if depth is None:
+                depth = depths[kind] = depth_of(parent_depth, kind)
+            out.append(verdict(facts(url), kind, source_host, depth) is None)
+        return out
+
+    def _verdict(self, facts: tuple[str | None, str, str | None], kind: str, source_host: str | None,
+                 depth: int) -> str | None:
+        """The rules, in order, on a URL's facts (:meth:`_url_facts`) and the depth it would have."""
+        trap, host, host_rule = facts
         if trap is not None:
             return trap
         if not host:
             return "no_host"
-        if self._max_depth >= 0 and depth_of(parent_depth, kind) > self._max_depth:
+        if self._max_depth >= 0 and depth > self._max_depth:
             return "too_deep"
         if self._same_host_only and kind != SEED and host != source_host:
             return "other_host"

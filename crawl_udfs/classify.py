@@ -134,6 +134,7 @@ def redirect_error(item: FetchItem, target: str | None, rules: Rules) -> str | N
 
 def admitted(outlinks: list[Outlink], item: FetchItem, rules: Rules) -> tuple[list[Outlink], int]:
     """The outlinks of ``item``'s page URL admission lets through (canonical included), and how many it dropped."""
-    reason, host, depth = rules.admission.reason, item.host, item.depth
-    kept = [o for o in outlinks if reason(o.url, kind=o.kind, source_host=host, parent_depth=depth) is None]
+    ok = rules.admission.admitted([(o.url, o.kind) for o in outlinks], source_host=item.host,
+                                  parent_depth=item.depth)
+    kept = [o for o, yes in zip(outlinks, ok) if yes]
     return kept, len(outlinks) - len(kept)

@@ -20,7 +20,7 @@ import re
 
 from crawl_udfs.config import Section
 from crawl_udfs.rows import Outlink
-from crawl_udfs.url_normalize import fingerprint
+from crawl_udfs.url_normalize import Resolved, as_resolved
 
 
 def rel_tokens(value: str | None) -> list[str]:
@@ -39,11 +39,12 @@ class LinkSet:
 
     def __init__(self, normalizer, base: str, own: str | None, conf: Section):
         self.normalizer, self.base, self.own = normalizer, base, own
-        # A task's CachedNormalizer resolves a page's links with the base's scopes worked out once.
-        for_base = getattr(normalizer, "for_base", None)
-        self.resolve = for_base(base) if for_base is not None else functools.partial(normalizer.normalize, base=base)
+        # A task's CachedNormalizer resolves a page's links with the base's scopes worked out once,
+        # each with its fingerprint and host (url_normalize.Resolved).
+        resolver = getattr(normalizer, "resolver", None)
+        self.resolve = resolver(base) if resolver is not None else functools.partial(_resolve, normalizer, base)
         self.cap, self.budget = conf.max_outlinks_per_page, conf.max_links_examined
-        self.cache: dict[str, str | None] = {}
+        self.cache: dict[str, Resolved | None] = {}
         self.index: dict[str, Outlink] = {}
         self.items: list[Outlink] = []
 
@@ -52,25 +53,33 @@ class LinkSet:
 
     def add(self, href: str, kind: str, nofollow: bool) -> str | None:
         href = href.strip()
-        url = self.cache.get(href, _MISS)
-        if url is _MISS:
-            url = None
+        found = self.cache.get(href, _MISS)
+        if found is _MISS:
+            found = None
             if href and href[0] != "#" and not _OTHER_SCHEME.match(href):
                 try:
-                    url = self.resolve(href)
+                    found = self.resolve(href)
                 except Exception:
                     pass
-            self.cache[href] = url
-        if url is None or url == self.own:
+            self.cache[href] = found
+        if found is None:
+            return None
+        url = found[0]
+        if url == self.own:
             return url
         seen = self.index.get(url)
         if seen is not None:
             seen.nofollow = seen.nofollow and nofollow
         elif len(self.items) < self.cap:
-            link = Outlink(url=url, url_fp=fingerprint(url), kind=kind, nofollow=nofollow)
+            link = Outlink(url=url, url_fp=found[1], kind=kind, nofollow=nofollow, host=found[2])
             self.index[url] = link
             self.items.append(link)
         return url
+
+
+def _resolve(normalizer, base: str, href: str) -> Resolved | None:
+    """A plain normaliser's result for ``href`` on ``base``, with its fingerprint and host."""
+    return as_resolved(normalizer.normalize(href, base))
 
 
 _LINK_ATTR = {"a": "href", "area": "href", "frame": "src", "iframe": "src"}

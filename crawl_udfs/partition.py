@@ -51,7 +51,9 @@
   learnt from.
 - The event loop, HTTP session, DNS cache, page queue (or parse threads) and
   WARC writer are created here and closed in ``finally``; nothing survives
-  into the next task run by the same (reused) Python worker.
+  into the next task run by the same (reused) Python worker. What the worker
+  held before the task is kept out of the task's garbage collections, which
+  are made rarer, and both given back after (:func:`~crawl_udfs.event_loop.quiet_gc`).
 
 The pieces: this module drives the loop (leases, requests, releases, and the
 round's end: the budget, or the cut ``crawl_udfs.tail`` judges once a second);
@@ -70,7 +72,7 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 from crawl_udfs.classify import rules_for
 from crawl_udfs.config import Config
-from crawl_udfs.event_loop import new_event_loop
+from crawl_udfs.event_loop import new_event_loop, quiet_gc
 from crawl_udfs.fetcher import Fetcher, FetchResponse
 from crawl_udfs.host_runs import HostRun, TaskHosts
 from crawl_udfs.pages import PageWork
@@ -116,7 +118,8 @@ def fetch_partition(rows: Iterable[FetchItem], conf: Config, *, hosts: Iterable[
     task.progress = progress
     loop = new_event_loop()
     try:
-        results, host_results = loop.run_until_complete(task.run())
+        with quiet_gc():
+            results, host_results = loop.run_until_complete(task.run())
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()

@@ -59,7 +59,7 @@ import numpy as np
 import xxhash
 
 
-__all__ = ["EMPTY", "simhash", "hamming", "words", "shingles"]
+__all__ = ["EMPTY", "simhash", "simhash_of", "hamming", "words", "shingles", "shingled"]
 
 EMPTY = 0
 """The SimHash of a text with no words (documented constant)."""
@@ -119,8 +119,14 @@ def shingles(text: str, shingle_words: int) -> list[bytes]:
     """The features of ``text`` (its word n-grams, UTF-8, words joined by one space), in order with
     repeats; [] for a text with no words. The one feature rule: :func:`simhash` hashes these, and
     :mod:`crawl_udfs.near_dup` MinHashes the set of them."""
+    return shingled(text, shingle_words)[1]
+
+
+def shingled(text: str, shingle_words: int) -> tuple[int, list[bytes]]:
+    """(number of :func:`words`, :func:`shingles`) of ``text``, tokenised once: what a page's
+    SimHash, MinHash and word count are made of (``crawl_udfs.pages``)."""
     tokens = _tokens(text)
-    return list(_shingles(tokens, int(shingle_words), b" ")) if tokens else []
+    return len(tokens), (list(_shingles(tokens, int(shingle_words), b" ")) if tokens else [])
 
 
 def simhash(text: str, shingle_words: int) -> int:
@@ -130,7 +136,22 @@ def simhash(text: str, shingle_words: int) -> int:
     if not tokens:
         return EMPTY
     total = len(tokens) - n + 1 if len(tokens) > n else 1
-    hashes = np.fromiter(map(xxhash.xxh64_intdigest, _shingles(tokens, n, b" ")), dtype=np.uint64, count=total)
+    return _simhash_hashes(np.fromiter(map(xxhash.xxh64_intdigest, _shingles(tokens, n, b" ")),
+                                       dtype=np.uint64, count=total))
+
+
+def simhash_of(features: list[bytes]) -> int:
+    """The SimHash of a text's :func:`shingles` (in order, with repeats): ``simhash(text, n) ==
+    simhash_of(shingles(text, n))``."""
+    if not features:
+        return EMPTY
+    return _simhash_hashes(np.fromiter(map(xxhash.xxh64_intdigest, features), dtype=np.uint64,
+                                       count=len(features)))
+
+
+def _simhash_hashes(hashes: np.ndarray) -> int:
+    """Charikar's fingerprint of the features' 64-bit hashes, weighted by occurrence."""
+    total = len(hashes)
     ones = np.zeros(64, dtype=np.int64)
     for start in range(0, total, _CHUNK):
         chunk = hashes[start : start + _CHUNK].astype("<u8", copy=False)

@@ -36,6 +36,7 @@ UTF-8 bytes, read as a signed 64-bit integer — the value Spark SQL's
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 import xxhash
@@ -43,7 +44,7 @@ from ada_url import URL, idna, join_url
 
 from crawl_udfs.config import Section
 
-__all__ = ["UrlNormalizer", "CachedNormalizer", "normalize", "fingerprint", "host_of"]
+__all__ = ["UrlNormalizer", "CachedNormalizer", "Resolved", "as_resolved", "normalize", "fingerprint", "host_of"]
 
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -211,6 +212,10 @@ _MISS = object()
 _NOT_PLAIN = re.compile(r"[^!$&'()*+,\-./0-9;=?@A-Z_a-z~%]")
 
 
+#: A result with its crawl-DB key and host, ``(url, fingerprint(url), host_of(url))``: what an outlink carries.
+Resolved = tuple[str, int, str]
+
+
 class CachedNormalizer:
     """A :class:`UrlNormalizer` with a bounded memo, keyed so one entry serves many pages of a site.
 
@@ -224,7 +229,9 @@ class CachedNormalizer:
     segment left to change the split) and, for the relative ones, the reference
     is made of plain URL characters; anything else is keyed by the whole base.
     Menus and footers repeat on every page of a site, so most of a page's links
-    hit. The memo is emptied when it reaches ``max_entries``.
+    hit. Each result is remembered with its :func:`fingerprint` and :func:`host_of`
+    (:data:`Resolved`, what :meth:`resolver` gives a page's links), so a link met
+    again costs one dict lookup. The memo is emptied when it reaches ``max_entries``.
     Thread-safe under the GIL (single dict operations).
     """
 
@@ -232,13 +239,18 @@ class CachedNormalizer:
 
     def __init__(self, normalizer: UrlNormalizer, max_entries: int):
         self._norm = normalizer
-        self._memo: dict[tuple[str | None, str], str | None] = {}
-        self._outputs: set[str] = set()
+        self._memo: dict[tuple[str | None, str], Resolved | None] = {}
+        self._outputs: dict[str, Resolved] = {}   # each result, resolved once (shared by its keys)
         self._max = max(1, int(max_entries))
 
     def normalize(self, url: str, base: str | None = None) -> str | None:
+        out = self.resolved(url, base)
+        return None if out is None else out[0]
+
+    def resolved(self, url: str, base: str | None = None) -> Resolved | None:
+        """:meth:`normalize`'s result with its fingerprint and host, or None."""
         if not isinstance(url, str) or (base is not None and not isinstance(base, str)):
-            return self._norm.normalize(url, base)
+            return as_resolved(self._norm.normalize(url, base))
         if base is None:
             scope = None
         elif base not in self._outputs:  # an unparsable base fails even an absolute reference
@@ -249,31 +261,45 @@ class CachedNormalizer:
         return self._miss((scope, url), url, base) if out is _MISS else out
 
     def for_base(self, base: str):
-        """``lambda url: self.normalize(url, base)``, with ``base``'s scopes worked out once: what a
+        """``lambda url: self.normalize(url, base)``, through :meth:`resolver`."""
+        resolve = self.resolver(base)
+        return lambda url: None if (out := resolve(url)) is None else out[0]
+
+    def resolver(self, base: str):
+        """``lambda url: self.resolved(url, base)``, with ``base``'s scopes worked out once: what a
         page's links call. (Once ``base`` is known to be a result, it stays a valid narrow base.)"""
         if not isinstance(base, str) or base not in self._outputs:
-            return lambda url: self.normalize(url, base)
+            return lambda url: self.resolved(url, base)
         origin, directory = _base_scopes(base)
         memo = self._memo
 
-        def resolve(url: str) -> str | None:
+        def resolve(url: str) -> Resolved | None:
             if not isinstance(url, str):
-                return self._norm.normalize(url, base)
+                return as_resolved(self._norm.normalize(url, base))
             key = (_narrow_scope(url, base, origin, directory), url)
             out = memo.get(key, _MISS)
             return self._miss(key, url, base) if out is _MISS else out
 
         return resolve
 
-    def _miss(self, key: tuple[str | None, str], url: str, base: str | None) -> str | None:
+    def _miss(self, key: tuple[str | None, str], url: str, base: str | None) -> Resolved | None:
         out = self._norm.normalize(url, base)
         if len(self._memo) >= self._max:
             self._memo.clear()
             self._outputs.clear()
-        self._memo[key] = out
+        resolved = None
         if out is not None:
-            self._outputs.add(out)
-        return out
+            resolved = self._outputs.get(out)
+            if resolved is None:
+                resolved = self._outputs[out] = as_resolved(out)
+        self._memo[key] = resolved
+        return resolved
+
+
+def as_resolved(url: str | None) -> Resolved | None:
+    """A normaliser result with its fingerprint and host (the host interned: a site's links share one
+    string); None for None."""
+    return None if url is None else (url, fingerprint(url), sys.intern(host_of(url)))
 
 
 def _base_scopes(base: str) -> tuple[str, str]:

@@ -82,6 +82,20 @@ def test_module(conf_name, url, kind, source_host, parent_depth, reason):
     assert again.reason(url, kind=kind, source_host=source_host, parent_depth=parent_depth) == reason
 
 
+def test_a_pages_outlinks_in_one_call_get_reasons_verdicts():
+    """Admission.admitted (the fetch task's per-page call) is reason() is None, link by link, whatever
+    the mix of kinds and depths: the table's page-found cases grouped by page."""
+    pages: dict = {}
+    for conf_name, url, kind, source_host, parent_depth, reason in CASES:
+        if kind != SEED:
+            pages.setdefault((conf_name, source_host, parent_depth), []).append((url, kind, reason))
+    assert len(pages) > 3
+    for (conf_name, source_host, parent_depth), links in pages.items():
+        got = Admission(CONFS[conf_name]).admitted([(u, k) for u, k, _ in links], source_host=source_host,
+                                                   parent_depth=parent_depth)
+        assert got == [reason is None for _, _, reason in links], (conf_name, source_host, parent_depth)
+
+
 def test_rules_come_from_config():
     loose = Admission(config.load(overrides=["filter.max_query_params=10", "filter.deny_patterns=[]",
                                              "scope.max_depth=-1"]))

@@ -76,6 +76,22 @@ def test_minhash_is_datasketchs_over_simhashs_features():
         near_dup.jaccard(sig, sig[:8])
 
 
+def test_minhash_of_is_datasketchs_update_batch_on_any_feature_set():
+    """minhash_of does datasketch's affine32 arithmetic itself, in chunks: the same bytes, for sets
+    smaller and larger than a chunk and for other signature sizes."""
+    import random
+
+    import xxhash
+    rng = random.Random(5)
+    for n in (1, 2, 7, 300, near_dup._FEATURE_CHUNK + 3, 3 * near_dup._FEATURE_CHUNK):
+        for perm in (16, PERM):
+            features = {rng.randbytes(rng.randrange(1, 12)) for _ in range(n)}
+            m = MinHash(num_perm=perm, seed=near_dup.SEED, hashfunc=xxhash.xxh32_intdigest, scheme="affine32")
+            m.update_batch(features)
+            assert near_dup.minhash_of(features, perm) == m.hashvalues.astype("<u4").tobytes(), (n, perm)
+    assert near_dup.minhash_of(set(), PERM) is None
+
+
 @pytest.mark.parametrize("shared, own", [(400, 0), (380, 20), (300, 100), (100, 300)])
 def test_jaccard_estimate_is_within_its_standard_error(shared, own):
     rng = random.Random(shared)

@@ -11,7 +11,7 @@ from multidict import CIMultiDict
 from crawl_udfs import config, parser
 from crawl_udfs.parser import ParseResult, is_html
 from crawl_udfs.rows import Outlink
-from crawl_udfs.url_normalize import UrlNormalizer, fingerprint
+from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, fingerprint, host_of
 
 CONF = config.defaults()
 NORM = UrlNormalizer(CONF.url)
@@ -247,8 +247,7 @@ def test_unusable_canonical_is_none():
 # ---------------------------------------------------------------- outlinks
 
 
-def test_outlink_kinds_order_and_fingerprints():
-    r = run("""<html><head></head><body>
+LINK_KINDS_PAGE = """<html><head></head><body>
       <a href="/one">1</a>
       <map><area href="two.html" alt=""></map>
       <iframe src="//other.example.org/frame"></iframe>
@@ -258,7 +257,17 @@ def test_outlink_kinds_order_and_fingerprints():
       <a href="javascript:void(0)">js</a> <a href="mailto:a@b.c">mail</a> <a href="data:text/html,x">data</a>
       <a href="tel:123">tel</a> <a href="ftp://example.com/x">ftp</a>
       <a href="  /spaced\n ">spaced</a>
-    </body></html>""", url="http://www.example.com/dir/page.html")
+    </body></html>"""
+
+
+def run_cached(body, *, url):
+    """``run`` with a fetch task's memo (CachedNormalizer) instead of the plain normaliser."""
+    return parser.parse(body.encode(), url=url, content_type="text/html", headers={},
+                        normalizer=CachedNormalizer(NORM, 1000), parse_conf=CONF.parse, agent_name="deltacrawl")
+
+
+def test_outlink_kinds_order_and_fingerprints():
+    r = run(LINK_KINDS_PAGE, url="http://www.example.com/dir/page.html")
     assert urls(r) == [
         ("http://www.example.com/one", "a", False),
         ("http://www.example.com/dir/two.html", "area", False),
@@ -267,6 +276,10 @@ def test_outlink_kinds_order_and_fingerprints():
         ("http://www.example.com/spaced", "a", False),
     ]
     assert all(isinstance(o, Outlink) and o.url_fp == fingerprint(o.url) for o in r.outlinks)
+    assert [o.host for o in r.outlinks] == [host_of(o.url) for o in r.outlinks]  # the task's follow reads it
+    cached = run_cached(LINK_KINDS_PAGE, url="http://www.example.com/dir/page.html")
+    assert [(o.url, o.url_fp, o.kind, o.host) for o in cached.outlinks] == [(o.url, o.url_fp, o.kind, o.host)
+                                                                            for o in r.outlinks]
 
 
 def test_base_href():

@@ -280,3 +280,13 @@ def test_byte_tokens_are_the_words_encoded():
     for _ in range(3000):
         t = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         assert sh._word_bytes(t) == [w.encode() for w in sh.words(t)], t
+
+
+def test_shingled_tokenises_once_for_simhash_minhash_and_the_word_count():
+    """pages.py takes a page's SimHash, MinHash features and word count from one shingled() call."""
+    for t in ("The quick brown fox, 42 times", "Le café était très chaud", "日本語のテキスト abc", "",
+              "one", "\ud800 lone surrogate \udfff", text(3)):
+        for n in (1, 2, 4):
+            count, features = sh.shingled(t, n)
+            assert count == len(sh.words(t)) and features == sh.shingles(t, n)
+            assert sh.simhash_of(features) == sh.simhash(t, n)

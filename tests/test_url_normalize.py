@@ -381,6 +381,9 @@ def test_cached_normalizer_matches_the_normalizer(rounds):
                 for ref in _CACHE_REFS:
                     assert cached.normalize(ref, b) == plain.normalize(ref, b), (ref, b)
                     assert resolve(ref) == plain.normalize(ref, b), (ref, b)
+                    want = plain.normalize(ref, b)  # a page's links get the result's key and host with it
+                    assert cached.resolver(b)(ref) == (None if want is None else (want, fingerprint(want),
+                                                                                   host_of(want))), (ref, b)
     # one entry per (scope, ref), not per (page, ref): a site's menu links are shared between its pages
     pages = [cached.normalize(f"http://site.test/d/p{i}.html") for i in range(20)]
     before = len(cached._memo)
