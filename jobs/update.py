@@ -11,7 +11,8 @@ depth, score, hops). An ``in_round`` URL is absent from ``crawldb``: it goes
 through the table below as a fetch-list URL would, inserted (first_seen,
 discovered_round = N, source_fp = its parent) with its outcome's status; as an
 outlink of its parent it is also a new URL, and the fetched row wins.
-Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms.py`` (hosts, traps, budgets). Outputs, in this order:
+Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms.py`` (hosts, traps, budgets). Outputs
+(1. then 2. in one thread, 3. beside them in another: each write is guarded on its own, :func:`_commit`):
 
 1. ONE MERGE into ``crawldb`` on ``url_fp``; source = updated rows ∪ new URLs ∪
    budget rows, one row per url_fp (updated > new > budget), flag ``_kind``:
