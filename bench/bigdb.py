@@ -309,11 +309,15 @@ def run(args) -> int:
     watch_collections(meter)
     if args.no_host_slice:
         without_host_slice()
-    out = {"shape": shape, "layout": args.layout + (" (no host slice)" if args.no_host_slice else ""),
+    out = {"shape": shape, "layout": args.layout + (" (no host slice)" if args.no_host_slice else "")
+           + (", hosts with DVs" if args.hosts_dv else ""),
            "settings": args.set, "rounds": []}
     try:
         with meter.step(f"LAYOUT {args.layout}"):
             apply_layout(spark, path, args.layout)
+            if args.hosts_dv:  # schemas/tables.py keeps them off for hosts (a small table, it assumed)
+                spark.sql(f"ALTER TABLE delta.`{common.table_path(conf, 'hosts')}` "
+                          "SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
         out["files"] = files_of(spark, path)
         V.instrument(meter)
         now, row = dt.datetime.fromisoformat(shape["now"]), None
@@ -419,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--optimize-each-round", action="store_true", help="OPTIMIZE after every update, timed")
     r.add_argument("--no-host-slice", action="store_true",
                    help="update's gather without the round's hosts' rows, dedup.learn_patterns off (see without_host_slice)")
+    r.add_argument("--hosts-dv", action="store_true", help="deletion vectors on for the hosts table too")
     r.add_argument("--job-names", action="store_true")
     r.add_argument("--json", help="also write the raw figures here")
     sm = sub.add_parser("summary", help="a Markdown table of run --json files")
