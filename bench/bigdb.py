@@ -51,6 +51,8 @@ sys.path.insert(0, str(ROOT))
 from bench import verb_cost as V  # noqa: E402
 
 MIB = 1 << 20
+#: Settings of every run: a host may take the whole round (the per-host cap is the round, see ``bench_conf``).
+DEFAULT_SETS = ("politeness.host_delay_s=0.05",)
 LAYOUTS = ("as-written", "zorder-nft", "cluster-host", "cluster-nft", "cluster-host-nft", "no-dv")
 
 
@@ -337,8 +339,13 @@ def run(args) -> int:
             out["rounds"].append({"round": g["round"], "generated": g["generated"], "new_urls": u["new_urls"],
                                   "url_seen": seen, "files_after": files_of(spark, path)})
             now = now + dt.timedelta(seconds=1)
+    except Exception as e:  # noqa: BLE001 - a run that dies (driver memory) is a result: its steps so far are kept
+        out["error"] = f"{type(e).__name__}: {str(e)[:400]}"
     finally:
-        spark.stop()
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 - the JVM is gone
+            pass
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     out["load"] = [round(load0[0], 1), round(os.getloadavg()[0], 1)]
@@ -348,9 +355,11 @@ def run(args) -> int:
     print(report(meter.rows))
     for r in out["rounds"]:
         print(r)
+    if "error" in out:
+        print("DIED:", out["error"])
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
-    return 0
+    return 1 if "error" in out else 0
 
 
 def report(rows: list[dict]) -> str:
@@ -377,6 +386,8 @@ def summary(paths: list[str]) -> str:
         d = json.loads(Path(path).read_text())
         steps = d["steps"]
         tops = [r for r in steps if r["depth"] == 0]
+        extra = [x for x in d["settings"] if x not in DEFAULT_SETS and "learn_patterns" not in x]
+        layout = d["layout"] + "".join(f", `{x}`" for x in extra)
         for k, rnd in enumerate(d["rounds"]):
             g, u, s = ([r for r in tops if r["step"].startswith(name)][k] for name in ("GENERATE", "UPDATE", "URL-SEEN"))
             at = steps.index(u)
@@ -392,7 +403,7 @@ def summary(paths: list[str]) -> str:
             seen, peak = rnd["url_seen"], {key: max(g[key], u[key]) for key in
                                           ("heap_peak_mib", "old_gen_peak_mib", "jvm_rss_peak_mib", "py_rss_peak_mib")}
             lines.append(
-                f"| {d['shape']['rows']:,} | {d['layout']} | {rnd['round']} "
+                f"| {d['shape']['rows']:,} | {layout} | {rnd['round']} "
                 f"| {g['seconds']:.1f} ({g['cpu_s']:.1f}) / {g['jobs']} | {u['seconds']:.1f} ({u['cpu_s']:.1f}) / {u['jobs']} "
                 f"| {scan} | {cpu('update.decide')} | {cpu('update._merge_crawldb')} / {cpu('update._merge_hosts')} "
                 f"| {peak['heap_peak_mib']:.0f} / {peak['old_gen_peak_mib']:.0f} / {peak['jvm_rss_peak_mib']:.0f} "
@@ -409,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         s = sub.add_parser(name)
         s.add_argument("--dir", required=True, help="where the built tables are (build: written; run: copied from)")
         s.add_argument("--round", type=int, default=10_000, help="URLs due now: the round's size (top_n, and the per-host cap)")
-        s.add_argument("--set", action="append", default=["politeness.host_delay_s=0.05"],
+        s.add_argument("--set", action="append", default=list(DEFAULT_SETS),
                        help="a configuration KEY=VALUE (repeatable; the default lets a host take the whole round)")
     b = sub.choices["build"]
     b.add_argument("--rows", type=int, default=1_000_000, help="crawl DB rows")
