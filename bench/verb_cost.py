@@ -144,16 +144,22 @@ def instrument(meter: Meter) -> None:
     meter.wrap(list_ahead, "usable", "generate: list_ahead.usable")
 
 
-def synthetic_crawldb(spark, conf, *, rows: int, due: int, hosts: int, now: dt.datetime) -> None:
+def synthetic_crawldb(spark, conf, *, rows: int, due: int, hosts: int, now: dt.datetime, host_index=None,
+                      scatter_due: bool = False, files: int = 2) -> None:
+    """``host_index``: a Column over ``id`` giving the row's host number in [0, hosts) (default ``id % hosts``:
+    every host the same size); ``scatter_due``: the ``due`` rows spread evenly over the ids, so over every
+    file (default the first ``due`` ids, all in the first file); ``files``: the Parquet files written."""
     from pyspark.sql import functions as F
 
     from jobs import common
     from schemas.tables import TABLES
 
-    ids = spark.range(rows, numPartitions=2)
-    host = F.concat(F.lit("h"), (F.col("id") % hosts).cast("string"), F.lit(".synthetic.invalid"))
+    ids = spark.range(rows, numPartitions=files)
+    index = F.col("id") % hosts if host_index is None else host_index
+    host = F.concat(F.lit("h"), index.cast("string"), F.lit(".synthetic.invalid"))
     url = F.concat(F.lit("http://"), host, F.lit("/p/"), F.col("id").cast("string"), F.lit(".html"))
-    is_due = F.col("id") < due
+    step = max(1, rows // max(due, 1))
+    is_due = (((F.col("id") % step) == 0) & (F.col("id") < step * due)) if scatter_due else F.col("id") < due
     rnd = F.rand(seed=7)
     seen = F.lit(now - dt.timedelta(days=3)).cast("timestamp")
     later = F.lit(now).cast("timestamp") + F.make_interval(days=(F.lit(1) + (rnd * 29).cast("int")))
@@ -277,6 +283,18 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def bench_conf(work: Path, *, round_size: int, max_per_host: int, sets: list[str]):
+    """The benchmark's configuration: storage under ``work``, ``local[2]``, rounds of ``round_size`` URLs at
+    most ``max_per_host`` per host in 2 fetch partitions, then ``sets`` (KEY=VALUE overrides)."""
+    from crawl_udfs import config
+
+    overlay = work / "conf.toml"
+    overlay.write_text(f'[storage]\nroot = "{work / "root"}"\n[spark]\nmaster = "local[2]"\n'
+                       f"[generate]\ntop_n = {round_size}\nmax_urls_per_host = {max_per_host}\n"
+                       "fetch_partitions = 2\n")
+    return config.load([overlay], overrides=sets) if sets else config.load([overlay])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=100_000, help="crawl DB rows")
@@ -291,14 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the raw figures here")
     args = p.parse_args(argv)
 
-    from crawl_udfs import config
-
     work = Path(tempfile.mkdtemp(prefix="verb-cost-"))
-    overlay = work / "conf.toml"
-    overlay.write_text(f'[storage]\nroot = "{work / "root"}"\n[spark]\nmaster = "local[2]"\n'
-                       f"[generate]\ntop_n = {args.round}\nmax_urls_per_host = {max(1, 2 * args.round // args.hosts)}\n"
-                       "fetch_partitions = 2\n")
-    conf = config.load([overlay], overrides=args.set) if args.set else config.load([overlay])
+    conf = bench_conf(work, round_size=args.round, max_per_host=max(1, 2 * args.round // args.hosts), sets=args.set)
     load0 = os.getloadavg()
     results = []
     try:
