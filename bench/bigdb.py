@@ -397,7 +397,11 @@ def summary(paths: list[str]) -> str:
             def cpu(name: str, pick=lambda rows: rows[0]) -> str:
                 rows = [r for r in inside if r["step"] == name]
                 return f"{pick(rows)['cpu_s']:.1f}" if rows else "-"  # the spark engine has no gather
-            scan = cpu("duck_engine.from_spark", lambda rows: max(rows[:4], key=lambda r: r["cpu_s"]))
+            scan = cpu("duck_engine.from_spark_all", lambda rows: rows[-1])  # the crawl DB's, hosts' side by side
+            if scan == "-":  # runs before the gather's collects went side by side
+                scan = cpu("duck_engine.from_spark", lambda rows: max(rows[:4], key=lambda r: r["cpu_s"]))
+            merges = " / ".join(cpu(f"update_commit.{n}") if cpu(f"update_commit.{n}") != "-" else cpu(f"update._{n}")
+                                for n in ("merge_crawldb", "merge_hosts"))
             gathered = next((x for x in u.get("to_arrow", []) if x[0] in ("crawldb", "39 cols")),  # the crawl DB's width
                             ("-", 0, "-"))
             seen, peak = rnd["url_seen"], {key: max(g[key], u[key]) for key in
@@ -405,7 +409,7 @@ def summary(paths: list[str]) -> str:
             lines.append(
                 f"| {d['shape']['rows']:,} | {layout} | {rnd['round']} "
                 f"| {g['seconds']:.1f} ({g['cpu_s']:.1f}) / {g['jobs']} | {u['seconds']:.1f} ({u['cpu_s']:.1f}) / {u['jobs']} "
-                f"| {scan} | {cpu('update.decide')} | {cpu('update._merge_crawldb')} / {cpu('update._merge_hosts')} "
+                f"| {scan} | {cpu('update.decide')} | {merges} "
                 f"| {peak['heap_peak_mib']:.0f} / {peak['old_gen_peak_mib']:.0f} / {peak['jvm_rss_peak_mib']:.0f} "
                 f"| {peak['py_rss_peak_mib']:.0f} | {gathered[1]:,} ({gathered[2]}) "
                 f"| {s['seconds']:.1f} ({s['cpu_s']:.1f}) / {s['jobs']} | {seen['hosts']:,}, {seen['known_fps']:,}, "

@@ -126,12 +126,12 @@ class Meter:
 
 def instrument(meter: Meter) -> None:
     """Wrap the steps of generate.run and update.run (module attributes they look up at call time)."""
-    from jobs import common, duck_engine, generate, ledger, resolve, update, update_decide
+    from jobs import common, duck_engine, generate, ledger, resolve, update, update_commit, update_decide
 
     for mod, names in ((ledger, ("step", "set_state")), (resolve, ("run",)), (common, ("version",)),
-                       (update, ("plan", "_staged", "_merge_crawldb", "_merge_hosts", "_append", "_remove",
-                                 "decide", "_staged_arrow")),
-                       (duck_engine, ("from_spark", "to_spark")),  # the driver engine's Arrow crossings
+                       (update, ("plan", "_staged", "_remove", "decide", "_staged_arrow")),
+                       (update_commit, ("merge_crawldb", "merge_hosts", "append")),
+                       (duck_engine, ("from_spark", "from_spark_all", "to_spark")),  # the driver engine's Arrow crossings
                        (update_decide, ("plan",))):
         for n in names:
             meter.wrap(mod, n, f"{mod.__name__.split('.')[-1]}.{n}")

@@ -12,7 +12,8 @@ through the table below as a fetch-list URL would, inserted (first_seen,
 discovered_round = N, source_fp = its parent) with its outcome's status; as an
 outlink of its parent it is also a new URL, and the fetched row wins.
 Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms.py`` (hosts, traps, budgets). Outputs
-(1. then 2. in one thread, 3. beside them in another: each write is guarded on its own, :func:`_commit`):
+(1. then 2. in one thread, 3. beside them in another: each write is guarded on its own,
+:func:`jobs.update_commit.commit`):
 
 1. ONE MERGE into ``crawldb`` on ``url_fp``; source = updated rows ∪ new URLs ∪
    budget rows, one row per url_fp (updated > new > budget), flag ``_kind``:
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from crawl_udfs.config import Config
-from jobs import common, faults, importance, ledger
+from jobs import common, importance, ledger, update_commit
 from jobs import crawldb_slice as S
 from jobs import dedup_transforms as D
 from jobs import exact_dup_transforms as X
@@ -58,9 +59,8 @@ from jobs.discover_transforms import discover
 from jobs.generate import max_urls_per_host
 from jobs.update_counters import Counters
 from schemas import counters
-from schemas.tables import CRAWLDB, HOSTS, NEAR_DUP_INDEX, TABLES
+from schemas.tables import CRAWLDB, NEAR_DUP_INDEX, TABLES
 
-_META = "spark.databricks.delta.commitInfo.userMetadata"
 #: Adaptive execution off while update plans and writes (why: ``common.STATIC_PLANS``).
 STATIC_PLANS = common.STATIC_PLANS
 
@@ -219,35 +219,8 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
         staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in _sources(p)}
         staged["hosts"] = p.hosts  # already staged by ``keep``
     counts = {"near_duplicates": 0, "near_dup_index": 0, **observed.counts()}  # declared: written, 0 with the key off
-    _commit(spark, conf, staged, n, tag)
+    update_commit.commit(spark, conf, staged, n, tag)
     return counts
-
-
-def _commit(spark, conf: Config, staged: dict[str, Any], n: int, tag: str) -> None:
-    """The round's writes: the two MERGEs in one thread, the appends beside them in another.
-
-    Each write is guarded on its own (``updated_round < N``, ``txnVersion = N``), so their order does not
-    matter to a rerun, and each is a different table: the appends (small jobs, mostly the driver's Delta
-    commit work) overlap the MERGEs instead of following them (measured: bench/verb_cost.py, RESULTS.md
-    "Session 18"). The commit tag is set once for both threads (session settings are the session's)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def merges():
-        _merge_crawldb(spark, conf, staged["crawldb_source"], n, tag)
-        _merge_hosts(spark, conf, staged["hosts"], n, tag)
-
-    def appends():
-        _append(conf, staged["fetch_log"], "fetch_log", n, tag)
-        faults.point("update.after_fetch_log")
-        _append(conf, staged["links"], "links", n, tag)
-        if "near_dup_index" in staged:
-            _append(conf, staged["near_dup_index"], "near_dup_index", n, tag)
-
-    with _tagged(spark, tag), ThreadPoolExecutor(2, thread_name_prefix="update-commit") as pool:
-        done = [pool.submit(merges), pool.submit(appends)]
-        for f in done:
-            f.result()
-    faults.point("update.after_links")
 
 
 def _sources(p: Plan) -> list[tuple[str, Any]]:
@@ -363,45 +336,3 @@ def _remove(path: str, conf: Config) -> None:
         fs.delete_dir(base)
     except FileNotFoundError:
         pass
-
-
-def _tagged(spark, tag: str):
-    """The MERGE commits carry ``tag``; their sources are staged files (:func:`_staged`), never copied again."""
-    return common.session_conf(spark, {_META: tag, **common.STABLE_MERGE_SOURCE})
-
-
-#: Crawl-DB columns update never rewrites on a known URL (another step owns them; a new URL starts null).
-NOT_UPDATED = ("importance",)  # jobs/importance.py
-
-
-def _merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
-    cols = {f.name: f"s.`{f.name}`" for f in CRAWLDB.fields}
-    owned = {c: v for c, v in cols.items() if c not in NOT_UPDATED}
-    with _tagged(spark, tag):  # tagged by the caller too: nesting keeps the same values
-        source = source.repartition(spark.sparkContext.defaultParallelism, "url_fp")
-        (common.table(spark, conf, "crawldb").alias("t").merge(source.alias("s"), "t.url_fp = s.url_fp")
-         .whenMatchedUpdate(condition=f"s._kind IN ('update', 'budget') AND t.updated_round < {n}", set=owned)
-         .whenMatchedUpdate(condition=f"s._kind = 'repoint' AND t.updated_round < {n}",
-                            set={c: f"s.`{c}`" for c in ("status", "dup_of", "updated_round")})
-         .whenMatchedUpdate(condition=f"s._kind = 'due' AND t.updated_round < {n}",
-                            set={c: f"s.`{c}`" for c in ("next_fetch_time", "updated_round")})
-         .whenMatchedUpdate(condition=f"s._kind = 'moved' AND t.updated_round < {n}",
-                            set={c: f"s.`{c}`" for c in ("score", *T.MOVED, "updated_round")})
-         .whenNotMatchedInsert(condition="s._kind IN ('update', 'new')", values=cols)
-         .execute())
-
-
-def _merge_hosts(spark, conf: Config, source, n: int, tag: str) -> None:
-    cols = {f.name: f"s.`{f.name}`" for f in HOSTS.fields}
-    with _tagged(spark, tag):
-        (common.table(spark, conf, "hosts").alias("t").merge(source.alias("s"), "t.host = s.host")
-         .whenMatchedUpdate(condition=f"t.updated_round < {n}", set=cols)
-         .whenNotMatchedInsert(values=cols)
-         .execute())
-
-
-def _append(conf: Config, df, name: str, n: int, tag: str) -> None:
-    """Append once per round: Delta skips a write whose (txnAppId, txnVersion) it has committed."""
-    (common.conform(df, TABLES[name]).write.format("delta").mode("append")
-     .option("txnAppId", f"deltacrawl-update-{name}").option("txnVersion", n).option("userMetadata", tag)
-     .save(common.table_path(conf, name)))

@@ -747,7 +747,7 @@ def test_second_run_and_rerun_after_ledger_reset_change_nothing(spark, updated_a
 
 
 def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, tmp_path, monkeypatch):
-    from jobs import ledger, update
+    from jobs import ledger, update, update_commit
     conf = config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"', "spark.shuffle_partitions=4",
                                   "budget.max_pages_per_host=100"])
     _seed(spark, conf)
@@ -757,7 +757,7 @@ def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, 
     def boom(*a, **k):
         raise RuntimeError("crash between the two MERGEs")
     with monkeypatch.context() as m:
-        m.setattr(update, "_merge_hosts", boom)
+        m.setattr(update_commit, "merge_hosts", boom)
         with pytest.raises(RuntimeError):
             update.run(spark, conf, now=now)
     assert ledger.get_round(spark, conf, 1)["state"] == "fetched"
