@@ -52,7 +52,8 @@ from bench import verb_cost as V  # noqa: E402
 
 MIB = 1 << 20
 #: Settings of every run: a host may take the whole round (the per-host cap is the round, see ``bench_conf``).
-DEFAULT_SETS = ("politeness.host_delay_s=0.05",)
+#: ``hosts.pages_fetched`` counts each host's fetched rows (build), so no budget may stop a host of millions.
+DEFAULT_SETS = ("politeness.host_delay_s=0.05", "budget.max_pages_per_host=1000000000")
 LAYOUTS = ("as-written", "zorder-nft", "cluster-host", "cluster-nft", "cluster-host-nft", "no-dv")
 
 
@@ -203,13 +204,11 @@ def without_host_slice() -> None:
     the round's hosts, for pattern learning, trap signals and robots refresh): with ``dedup.learn_patterns``
     off, what update costs when what it reads of the crawl DB is keyed by the round alone (the synthetic
     round has no duplicates and no sitemaps, so its decisions do not change)."""
-    import dataclasses
-
     from jobs import update_gather as G
     rows = G.crawldb_rows
 
-    def keyed_only(crawldb, keys, **kw):
-        return rows(crawldb, dataclasses.replace(keys, hosts=keys.hosts.limit(0)), **kw)
+    def keyed_only(crawldb, keys, learning, **kw):
+        return rows(crawldb, keys, None, **kw)
     G.crawldb_rows = keyed_only
 
 
@@ -278,7 +277,8 @@ def build(args) -> int:
     common.ensure_tables(spark, conf)
     now = common.now_utc()
     V.synthetic_crawldb(spark, conf, rows=args.rows, due=args.round, hosts=hosts, now=now,
-                        host_index=host_index(hosts), scatter_due=True, files=max(2, args.rows // 250_000))
+                        host_index=host_index(hosts), scatter_due=True, files=max(2, args.rows // 250_000),
+                        count_pages=True)
     crawldb = common.read(spark, conf, "crawldb")
     top = crawldb.groupBy("host").count().orderBy("count", ascending=False)
     shape = {"rows": args.rows, "host_space": hosts, "hosts_with_rows": top.count(),

@@ -145,10 +145,12 @@ def instrument(meter: Meter) -> None:
 
 
 def synthetic_crawldb(spark, conf, *, rows: int, due: int, hosts: int, now: dt.datetime, host_index=None,
-                      scatter_due: bool = False, files: int = 2) -> None:
+                      scatter_due: bool = False, files: int = 2, count_pages: bool = False) -> None:
     """``host_index``: a Column over ``id`` giving the row's host number in [0, hosts) (default ``id % hosts``:
     every host the same size); ``scatter_due``: the ``due`` rows spread evenly over the ids, so over every
-    file (default the first ``due`` ids, all in the first file); ``files``: the Parquet files written."""
+    file (default the first ``due`` ids, all in the first file); ``files``: the Parquet files written;
+    ``count_pages``: each ``hosts`` row's ``pages_fetched`` is its host's fetched rows, as a crawl leaves
+    it (default 0)."""
     from pyspark.sql import functions as F
 
     from jobs import common
@@ -188,6 +190,11 @@ def synthetic_crawldb(spark, conf, *, rows: int, due: int, hosts: int, now: dt.d
          .withColumn("bytes_fetched", F.lit(0).cast("long")).withColumn("requests", F.lit(0).cast("long"))
          .withColumn("duplicate_pages", F.lit(0).cast("long")).withColumn("new_content_pages", F.lit(0).cast("long"))
          .withColumn("delay_s", F.lit(0.01)).withColumn("updated_round", F.lit(0).cast("long")))
+    if count_pages:
+        counted = (spark.read.format("delta").load(common.table_path(conf, "crawldb")).where(F.col("status") == "fetched")
+                   .groupBy("host").agg(F.count(F.lit(1)).alias("_fetched")))
+        h = (h.join(counted, "host", "left")
+             .withColumn("pages_fetched", F.coalesce(F.col("_fetched"), F.lit(0)).cast("long")).drop("_fetched"))
     (common.conform(h, TABLES["hosts"]).write.format("delta").mode("append").save(common.table_path(conf, "hosts")))
 
 

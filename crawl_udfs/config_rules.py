@@ -199,6 +199,7 @@ RULES: dict[str, Check] = {
     "dedup.near_duplicates": ANY,
     "dedup.learn_patterns": ANY,
     "dedup.pattern_min_pages": at_least(1),
+    "dedup.pattern_sample_pages": at_least(1),
     "dedup.pattern_min_share": between(0.5, 1),  # under half: most of its pages are not copies
     "dedup.pattern_action": one_of("skip", "lower"),
     "dedup.pattern_score_factor": SHARE,

@@ -5,7 +5,7 @@ crawl DB, to every step whose crawl-DB read is keyed by the round's URLs or host
 
 - :func:`jobs.update_transforms.prepare`: the rows of the round's URLs (every column);
 - :func:`jobs.discover_transforms.discover`: which outlink targets are known (``url_fp``);
-- :func:`jobs.pattern_transforms.stored_pages`: every row of the round's hosts
+- :func:`jobs.pattern_transforms.stored_pages`: every row of the round's learning hosts
   (``host``, ``url``, ``url_fp``, ``status``, ``dup_of``);
 - :func:`jobs.hosts_transforms.trap_signals`: an original's host (``url_fp``, ``host``). A copy
   counts against its host when its original is on the same host, and every copy is a page of a
@@ -20,8 +20,9 @@ before the round's rows are decided.
 Why: every plan that reads the crawl DB (a Delta table with deletion vectors) pays Delta's snapshot
 and file-listing jobs when it is planned, 5-7 Spark jobs each (``bench/verb_cost.py --job-names``);
 one read instead of five. Cost: the slice holds every row of the round's hosts in the five
-columns above (what pattern learning scans anyway), the other columns only for the round's URLs and
-outlink targets.
+columns above, the other columns only for the round's URLs and outlink targets. This is the Spark
+plan's (``update.engine = "spark"``), staged as Parquet, so on disk: it grows with the round's hosts'
+sizes. The driver engine gathers keyed rows instead (``jobs/update_gather.py``), bounded by the round.
 """
 
 from __future__ import annotations

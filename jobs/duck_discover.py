@@ -22,7 +22,8 @@ Crawl-DB rows each function reads (``crawldb``/``known``: what the engine's gath
 So for this group the gather is today's slice: by URL (:func:`round_keys`) ``url_fp``, ``host``, ``url``,
 ``status``, ``score``, ``fetch_count``, ``last_fetch_time``, ``next_fetch_time`` and ``MOVED``
 (``duck_outputs.lastmod_due`` too); by host (:func:`round_hosts`) ``url_fp``, ``status``
-(``duck_outputs.robots_refresh``: a sitemap URL is on the host whose robots.txt names it).
+(``duck_outputs.robots_refresh``: a sitemap URL is on the host whose robots.txt names it; the
+driver engine's gather keys those by URL instead, ``jobs/update_gather.py``).
 SQL is composed by :func:`query` (views of fresh names, never reused).
 """
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import re
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
 import pyarrow as pa
@@ -90,6 +90,18 @@ def from_spark_all(con: duckdb.DuckDBPyConnection, dfs: dict[str, Any]) -> dict[
     for name, table in tables.items():
         con.register(name, table)
     return {name: con.view(name) for name in tables}
+
+
+def background(call: Callable[[], Any]):
+    """``call()`` started in a thread of its own (a Spark collect beside the driver's DuckDB work; it must not
+    touch a DuckDB connection): a ``Future``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="spark-beside")
+    try:
+        return pool.submit(call)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def register(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation, name: str) -> duckdb.DuckDBPyRelation:

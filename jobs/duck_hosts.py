@@ -9,7 +9,12 @@ What each function reads of the crawl DB and of ``hosts`` (for the gather):
 
 - :func:`trap_signals`: crawl DB ``url_fp``, ``host`` of the rows whose ``url_fp`` is the ``dup_of``
   of one of the round's first copies that are duplicates. Every such row that counts is a row of a
-  round's host (jobs/crawldb_slice.py's argument), so the round's slice is enough.
+  round's host (jobs/crawldb_slice.py's argument), so the Spark plan's slice is enough; the driver
+  engine's gather has each by key instead: an original of an exact copy by the round's digests,
+  of a near copy by the index rows. A first copy never names a page that leaves in its round (the
+  original is chosen among the round's pages as they are left, ``jobs/originals.py``), so none is
+  re-pointed to a promoted copy (``tests/test_update_engines.py`` checks a first copy of a leaving
+  original's old content).
 - :func:`hosts_update`: every ``hosts`` column of the rows of the round's hosts (hosts of the
   ``fetch_output`` rows and of ``updated``).
 - :func:`judge_traps`: only its input.

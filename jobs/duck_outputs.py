@@ -9,8 +9,9 @@ exactly, by :func:`jobs.duck_engine.sql_type` of ``schemas/tables.py``.
 Crawl-DB rows each function reads (``known``: what the engine's gather must fetch):
 
 - :func:`robots_refresh`: the rows whose ``url_fp`` is ``xxhash64`` of a ``sitemap_urls`` entry of a
-  host row of the round: ``url_fp``, ``status``. A sitemap URL is on its host (``robots_sitemaps``),
-  so the slice's by-host rows of the round's hosts hold them (``crawldb_slice.HOST_COLUMNS``).
+  host row of the round: ``url_fp``, ``status``. The driver engine's gather keys them by that
+  ``url_fp`` (``jobs/update_gather.py``, key 1); the Spark plan's slice holds them among its by-host
+  rows (a sitemap URL is on its host, ``robots_sitemaps``).
 - :func:`lastmod_due`: the rows whose ``url_fp`` is an outlink target of a round page (by URL):
   ``url_fp``, ``host``, ``status``, ``last_fetch_time``, ``next_fetch_time``.
 - :func:`merge_source`, :func:`fetch_log_rows`, :func:`link_rows`: none (the round's rows only).

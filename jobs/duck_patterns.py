@@ -6,18 +6,23 @@ a URL and the matching stay in ``crawl_udfs/url_patterns.py``, called here as Du
 (:func:`register`, ``FEATURES_FN`` and ``SKIPPED_FN``), as the Spark twin calls them in a UDF.
 
 What it reads of the crawl DB (for the gather): :func:`stored_pages` reads ``host``, ``url``,
-``url_fp``, ``status``, ``dup_of`` of every crawl-DB row of the round's hosts (the hosts of the
-``updated`` rows): the slice of ``jobs/crawldb_slice.py``, ``HOST_COLUMNS``. The other functions
-read only their inputs.
+``url_fp``, ``status``, ``dup_of`` of the learning hosts' rows (:func:`learning_hosts`): the sampled
+stored pages (``pattern_transforms.in_sample``) and their counterparts. The driver
+engine gathers the sampled pages by host (``jobs/update_gather.py``, key 2), then the counterparts
+they name that it lacks (:func:`missing_counterparts`, one keyed read): not every row of a host,
+which grows with the crawl DB. The other functions read only their inputs.
 """
 
 from __future__ import annotations
+
+import functools
 
 import duckdb
 import pyarrow as pa
 
 from crawl_udfs import url_patterns
 from jobs.duck_hosts import query
+from jobs.pattern_transforms import RELEARN_AT, SAMPLE_SPAN
 from jobs.pattern_transforms import reason  # noqa: F401  (plain Python: the one rule, re-exported)
 from schemas.status import STORED
 
@@ -30,9 +35,16 @@ _FEATURES_ARROW = pa.list_(pa.struct([("pattern", pa.string()), ("kind", pa.stri
 _RULES = "STRUCT(pattern VARCHAR, kind VARCHAR, pages INTEGER, dup_share DOUBLE)[]"
 
 
+@functools.lru_cache(maxsize=1 << 17)
+def _features_of(url: str | None) -> list[tuple]:
+    """The Spark UDF's own function, remembered: a round computes a URL's features twice
+    (:func:`missing_counterparts`, then :func:`learn`)."""
+    from jobs.pattern_transforms import _features as one
+    return one(url)
+
+
 def _features(urls: pa.Array) -> pa.Array:
-    from jobs.pattern_transforms import _features as one  # the Spark UDF's own function
-    return pa.array([one(u) for u in urls.to_pylist()], _FEATURES_ARROW)
+    return pa.array([_features_of(u) for u in urls.to_pylist()], _FEATURES_ARROW)
 
 
 def _skipped(urls: pa.Array, rules: pa.Array) -> pa.Array:
@@ -52,17 +64,76 @@ def register(con: duckdb.DuckDBPyConnection) -> None:
                             duckdb.sqltype("BOOLEAN"), type="arrow", null_handling="special", side_effects=False)
 
 
-def stored_pages(crawldb: Rel, updated: Rel) -> Rel:
-    """As :func:`jobs.pattern_transforms.stored_pages`: (host, url, url_fp, original)."""
+def sample_threshold(pages_fetched_sql: str, sample_pages: int) -> str:
+    """SQL of :func:`jobs.pattern_transforms.sample_threshold`."""
+    fetched, span, k = f"coalesce({pages_fetched_sql}, 0)", SAMPLE_SPAN, int(sample_pages)
+    return (f"CASE WHEN {fetched} <= {k} THEN CAST({span} AS BIGINT) "
+            f"ELSE CAST(floor(CAST({span * k} AS DOUBLE) / {fetched}) AS BIGINT) END")
+
+
+def in_sample(url_fp_sql: str, threshold_sql: str) -> str:
+    """SQL of :func:`jobs.pattern_transforms.in_sample`."""
+    return f"(({url_fp_sql}) & {SAMPLE_SPAN - 1}) < coalesce({threshold_sql}, {SAMPLE_SPAN})"
+
+
+def learning_hosts(fetch_output: Rel, hosts: Rel, *, sample_pages: int) -> Rel:
+    """As :func:`jobs.pattern_transforms.learning_hosts`: (host, threshold)."""
+    at = "CAST([" + ", ".join(str(b) for b in RELEARN_AT) + "] AS BIGINT[])"
+    return query(f"""
+        WITH r AS (
+            SELECT host, CAST(sum(CASE WHEN kind = 'page' AND status_code IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT)
+                   AS _responses
+            FROM $fetch_output WHERE host IS NOT NULL GROUP BY host),
+        j AS (
+            SELECT r.host, h.pages_fetched, coalesce(h.pages_fetched, 0) AS _before,
+                   coalesce(h.pages_fetched, 0) + r._responses AS _after
+            FROM r LEFT JOIN (SELECT host, pages_fetched FROM $hosts) h ON r.host = h.host)
+        SELECT host, {sample_threshold('pages_fetched', sample_pages)} AS threshold FROM j
+        WHERE len(list_filter({at}, lambda b: b > _before AND b <= _after)) > 0""",
+                 fetch_output=fetch_output, hosts=hosts)
+
+
+def stored_pages(crawldb: Rel, updated: Rel, learning: Rel) -> Rel:
+    """As :func:`jobs.pattern_transforms.stored_pages`: (host, url, url_fp, original, sampled)."""
     stored = ", ".join(f"'{s.value}'" for s in STORED)
     return query(f"""
-        WITH now AS (SELECT host, url, url_fp, status, dup_of FROM $updated),
+        WITH t AS (SELECT host, threshold AS _threshold FROM $learning),
+        now AS (SELECT host, url, url_fp, status, dup_of FROM $updated WHERE host IN (SELECT host FROM t)),
         before AS (
             SELECT host, url, url_fp, status, dup_of FROM $crawldb c
             WHERE host IN (SELECT host FROM now) AND NOT EXISTS (SELECT 1 FROM now n WHERE n.url_fp = c.url_fp)),
         pages AS (SELECT * FROM before UNION ALL SELECT * FROM now)
-        SELECT host, url, url_fp, CASE WHEN status IN ({stored}) THEN coalesce(dup_of, url_fp) END AS original
-        FROM pages""", updated=updated, crawldb=crawldb)
+        SELECT p.host, url, url_fp, CASE WHEN status IN ({stored}) THEN coalesce(dup_of, url_fp) END AS original,
+               coalesce(status IN ({stored}), FALSE) AND {in_sample('url_fp', 't._threshold')} AS sampled
+        FROM pages p LEFT JOIN t ON p.host = t.host""", updated=updated, crawldb=crawldb, learning=learning)
+
+
+def likely_counterparts(con: duckdb.DuckDBPyConnection, known: Rel, fetch_output: Rel, learning: Rel) -> Rel:
+    """``url_fp`` of the counterparts that :func:`missing_counterparts` can name, before the round's
+    decisions: those of the gathered by-host rows (``known``'s stored pages of the ``learning`` hosts in
+    their samples) and of the round's page rows of those hosts in their samples, that neither ``known``
+    nor ``fetch_output`` holds. A superset, so the keyed read can start while the round is decided."""
+    stored = ", ".join(f"'{s.value}'" for s in STORED)
+    pages = query(f"""
+        WITH t AS (SELECT host, threshold FROM $learning),
+        rows AS (
+            SELECT k.host, k.url, k.url_fp, k.status IN ({stored}) AS _candidate FROM $known k
+            UNION ALL
+            SELECT host, url, url_fp, TRUE FROM $fetch_output WHERE kind = 'page' AND url_fp IS NOT NULL)
+        SELECT r.host, r.url, r.url_fp,
+               coalesce(r._candidate, FALSE) AND t.host IS NOT NULL AND {in_sample('r.url_fp', 't.threshold')} AS sampled
+        FROM rows r LEFT JOIN t ON r.host = t.host""", known=known, fetch_output=fetch_output, learning=learning)
+    return missing_counterparts(con, pages)
+
+
+def missing_counterparts(con: duckdb.DuckDBPyConnection, pages: Rel) -> Rel:
+    """``url_fp`` of the counterparts the sampled ``pages`` (:func:`stored_pages`) name that are not among
+    ``pages``: what :func:`learn` must still be given (a crawl DB's row, or known absent)."""
+    register(con)
+    return query(f"""
+        SELECT DISTINCT f.counterpart_fp AS url_fp
+        FROM (SELECT unnest({FEATURES_FN}(url)) AS f FROM $pages WHERE sampled)
+        WHERE f.counterpart_fp IS NOT NULL AND f.counterpart_fp NOT IN (SELECT url_fp FROM $pages)""", pages=pages)
 
 
 def learn(con: duckdb.DuckDBPyConnection, pages: Rel, *, min_pages: int, min_share: float) -> Rel:
@@ -73,7 +144,7 @@ def learn(con: duckdb.DuckDBPyConnection, pages: Rel, *, min_pages: int, min_sha
     return query(f"""
         WITH per_feature AS (
             SELECT host, original, f.pattern, f.kind, f.value, f.counterpart_fp
-            FROM (SELECT host, original, unnest({FEATURES_FN}(url)) AS f FROM $pages WHERE original IS NOT NULL)),
+            FROM (SELECT host, original, unnest({FEATURES_FN}(url)) AS f FROM $pages WHERE sampled)),
         counterpart AS (SELECT url_fp AS counterpart_fp, original AS c_original, TRUE AS c_known FROM $pages),
         joined AS (
             SELECT p.*, c.c_original, c.c_known, coalesce(c.c_original = p.original, FALSE) AS _dup
@@ -99,14 +170,19 @@ def learn(con: duckdb.DuckDBPyConnection, pages: Rel, *, min_pages: int, min_sha
         FROM kept GROUP BY host""".replace("{{", "{").replace("}}", "}"), pages=pages)
 
 
-def with_patterns(hosts_new: Rel, learnt: Rel) -> Rel:
+def with_patterns(hosts_new: Rel, learnt: Rel, learning: Rel) -> Rel:
     """As :func:`jobs.pattern_transforms.with_patterns`: ``host`` first (Spark's join on it), the other
-    columns of ``hosts_new`` but ``dup_patterns``, then the learnt ``dup_patterns`` (null: none)."""
-    drop = ["host"] + (["dup_patterns"] if "dup_patterns" in hosts_new.columns else [])
+    columns of ``hosts_new`` but ``dup_patterns``, then ``dup_patterns``: the learnt ones (null: none) for
+    the ``learning`` hosts, the row's own for the others."""
+    has = "dup_patterns" in hosts_new.columns
+    drop = ["host"] + (["dup_patterns"] if has else [])
+    kept = "h.dup_patterns" if has else "NULL"
     return query(f"""
-        SELECT h.host, h.* EXCLUDE ({", ".join(drop)}), l.dup_patterns
-        FROM $hosts_new h LEFT JOIN (SELECT host, dup_patterns FROM $learnt) l ON h.host = l.host""",
-                 hosts_new=hosts_new, learnt=learnt)
+        SELECT h.host, h.* EXCLUDE ({", ".join(drop)}),
+               CASE WHEN g.host IS NOT NULL THEN l.dup_patterns ELSE {kept} END AS dup_patterns
+        FROM $hosts_new h LEFT JOIN (SELECT host, dup_patterns FROM $learnt) l ON h.host = l.host
+        LEFT JOIN (SELECT host FROM $learning) g ON h.host = g.host""",
+                 hosts_new=hosts_new, learnt=learnt, learning=learning)
 
 
 def skipped(url_sql: str, patterns_sql: str) -> str:

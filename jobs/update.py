@@ -150,9 +150,10 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     budgets = (hosts, conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host)
     hosts_new = HT.exhausted_hosts(hosts_new, *budgets)[0]
     if conf.dedup.learn_patterns:  # the round's hosts' duplicate URL patterns, from their pages as left now
-        learnt = P.learn(P.stored_pages(known, updated), min_pages=conf.dedup.pattern_min_pages,
+        learning = P.learning_hosts(fetch_output, hosts, sample_pages=conf.dedup.pattern_sample_pages)
+        learnt = P.learn(P.stored_pages(known, updated, learning), min_pages=conf.dedup.pattern_min_pages,
                          min_share=conf.dedup.pattern_min_share)
-        hosts_new = P.with_patterns(hosts_new, learnt)
+        hosts_new = P.with_patterns(hosts_new, learnt, learning)
     hosts_new = keep(observe("hosts", common.conform(hosts_new, TABLES["hosts"])))
     _, reached, exhausted = HT.exhausted_hosts(hosts_new, *budgets)  # from the kept rows: nothing recomputed
     # the crawl DB is scanned for budget rows only in a round where a host reached its budget (one small
@@ -243,15 +244,21 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
     """The driver engine: Spark gathers the keyed rows (``jobs/update_gather.py``, one crawl-DB scan), DuckDB
     decides (``jobs/update_decide.py``). The MERGE and append sources as Arrow tables of their schemas, by
     name (``crawldb_source``, ``fetch_log``, ``links``, ``hosts``, and ``near_dup_index`` when on), counted."""
+    from pyspark.sql import functions as F
+
     from jobs import duck_engine as E
+    from jobs import duck_patterns as DP
     from jobs import update_decide
     from jobs import update_gather as G
 
     con = E.connect(conf.update.driver_threads)
     try:  # the round's rows collected first: the key sets are computed from them on the driver, and each
         # crawl-DB, hosts and index read is one scan joined with a broadcast of local rows
-        inputs = {**E.from_spark_all(con, {"fetch_output": fetch_output, "fetch_list": fetch_list}),
-                  "near_dup_index": None}
+        first = {"fetch_output": fetch_output, "fetch_list": fetch_list}
+        if conf.dedup.learn_patterns:  # the round's hosts' fetched pages: which relearn their patterns
+            first["round_hosts"] = (hosts.join(F.broadcast(fetch_output.select("host")), "host", "left_semi")
+                                    .select("host", "pages_fetched"))  # no distinct: no shuffle
+        inputs = {**E.from_spark_all(con, first), "near_dup_index": None}
         fo = inputs["fetch_output"]
         index_fps = None
         if index is not None:
@@ -260,16 +267,45 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
             index_fps = inputs["near_dup_index"].project("url_fp")
         keys = G.Keys(**{name: E.to_spark(spark, rel, _key_schema(rel.columns[0]))
                          for name, rel in G.keys(con, fo, index_fps).items()})
-        gathered = {"crawldb": G.crawldb_rows(crawldb, keys, observe=observed), "hosts": G.hosts_rows(hosts, keys, conf)}
+        learning = None
+        if conf.dedup.learn_patterns:
+            inputs["learning"] = E.register(con, DP.learning_hosts(fo, inputs.pop("round_hosts"),
+                                                                   sample_pages=conf.dedup.pattern_sample_pages),
+                                            "learning")
+            learning = E.to_spark(spark, inputs["learning"], _learning_schema())
+        gathered = {"crawldb": G.crawldb_rows(crawldb, keys, learning, observe=observed),
+                    "hosts": G.hosts_rows(hosts, keys, conf)}
         if conf.schedule.policy == "adaptive":  # the round's multiplier weighs the crawl DB's other stored pages
             gathered["stored_buckets"] = G.stored_buckets(crawldb, fetch_output, conf.schedule)
         inputs.update(E.from_spark_all(con, gathered))
+        early = {}
+        if learning is not None:  # pattern learning's counterparts, read while DuckDB decides the round
+            likely = E.register(con, DP.likely_counterparts(con, inputs["crawldb"], fo, inputs["learning"]), "likely")
+            if likely.aggregate("count(*)").fetchall()[0][0]:
+                fps = E.to_spark(spark, likely, _key_schema("url_fp"))
+                early["counterparts"] = (E.background(G.counterpart_rows(crawldb, fps).toArrow), likely)
+
+        def read(kind: str, keys):
+            rows = {"repoint": G.repoint_rows, "budget": G.budget_rows, "counterparts": G.counterpart_rows}[kind]
+            return E.from_spark(con, rows(crawldb, E.to_spark(spark, keys, _key_schema(keys.columns[0]))),
+                                f"more_{kind}")
 
         def more(kind: str, keys):
-            read = G.repoint_rows if kind == "repoint" else G.budget_rows
-            return E.from_spark(con, read(crawldb, E.to_spark(spark, keys, _key_schema(keys.columns[0]))),
-                                f"more_{kind}")
-        p = update_decide.plan(con, inputs, conf, round_no=n, now=now, more=more, count=observed.count)
+            if kind not in early:
+                return read(kind, keys)
+            future, asked = early.pop(kind)  # read already, for a superset of the keys the plan asks now
+            con.register(f"early_{kind}", future.result())
+            got = E.query(con, "SELECT * FROM {r} WHERE url_fp IN (SELECT url_fp FROM {k})",
+                          r=con.view(f"early_{kind}"), k=keys)
+            rest = E.query(con, "SELECT url_fp FROM {k} EXCEPT SELECT url_fp FROM {a}", k=keys, a=asked)
+            if rest.aggregate("count(*)").fetchall()[0][0]:  # not foreseen (none expected): read them too
+                got = E.query(con, "SELECT * FROM {g} UNION ALL SELECT * FROM {r}", g=got, r=read(kind, rest))
+            return got
+        try:
+            p = update_decide.plan(con, inputs, conf, round_no=n, now=now, more=more, count=observed.count)
+        finally:
+            for future, _ in early.values():  # not asked for: wait, so no Spark job outlives the update
+                future.result()
         tables = {}
         for name, rel in [*_sources(p), ("hosts", p.hosts)]:
             tables[name] = E.cast_to(rel, _schema(name)).to_arrow_table()  # computed once: counted, then written
@@ -285,6 +321,12 @@ def _schema(name: str):
     if name != "crawldb_source":
         return TABLES[name].schema
     return StructType([*CRAWLDB.fields, StructField("_kind", StringType()), StructField(T.WAS, StringType())])
+
+
+def _learning_schema():
+    """``pattern_transforms.learning_hosts``' rows, as the gather's key 2 broadcasts them."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    return StructType([StructField("host", StringType()), StructField("threshold", LongType())])
 
 
 def _key_schema(column: str):

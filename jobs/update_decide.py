@@ -26,7 +26,8 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
     ``fetch_list``, ``crawldb`` (the gathered rows), ``hosts``, ``near_dup_index`` (or None).
     ``more(kind, keys)``: ``"repoint"`` with a relation of ``url_fp`` → the crawl-DB rows
     :func:`jobs.update_gather.repoint_rows` gives; ``"budget"`` with a relation of ``host`` → those of
-    :func:`jobs.update_gather.budget_rows`; each as a relation. ``count(name, rel)``: the counters of the
+    :func:`jobs.update_gather.budget_rows`; ``"counterparts"`` with a relation of ``url_fp`` → those of
+    :func:`jobs.update_gather.counterpart_rows`; each as a relation. ``count(name, rel)``: the counters of the
     near-duplicates found (``near_duplicates``), as ``observe`` in the Spark plan."""
     from jobs import duck_discover as DD
     from jobs import duck_duplicates as DX
@@ -93,9 +94,17 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
     budgets = (hosts, conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host)
     hosts_new = DH.exhausted_hosts(hosts_new, *budgets)[0]
     if conf.dedup.learn_patterns:  # the round's hosts' duplicate URL patterns, from their pages as left now
-        learnt = DP.learn(con, DP.stored_pages(known, updated), min_pages=conf.dedup.pattern_min_pages,
-                          min_share=conf.dedup.pattern_min_share)
-        hosts_new = DP.with_patterns(hosts_new, learnt)
+        learning = inputs.get("learning")  # what the gather read by (jobs.update.decide), else from ``hosts``
+        if learning is None:
+            learning = keep(DP.learning_hosts(fetch_output, hosts, sample_pages=conf.dedup.pattern_sample_pages))
+        pages = keep(DP.stored_pages(known, updated, learning))
+        missing = keep(DP.missing_counterparts(con, pages))
+        if rows(missing):  # the gather holds the sampled pages; their counterparts by URL, once
+            cols = "SELECT host, url, url_fp, status, dup_of FROM "
+            seen = E.query(con, cols + "{k} UNION ALL " + cols + "{c}", k=known, c=more("counterparts", missing))
+            pages = DP.stored_pages(seen, updated, learning)
+        learnt = DP.learn(con, pages, min_pages=conf.dedup.pattern_min_pages, min_share=conf.dedup.pattern_min_share)
+        hosts_new = DP.with_patterns(hosts_new, learnt, learning)
     hosts_new = keep(E.cast_to(hosts_new, TABLES["hosts"].schema))
     _, reached, exhausted = DH.exhausted_hosts(hosts_new, *budgets)
     reached = keep(reached)

@@ -12,8 +12,14 @@ scan joined with a broadcast of those local rows:
 - :func:`crawldb_rows`: ONE scan of the pinned crawl-DB snapshot, the rows that match any of
     1. ``url_fp`` one of the round's URLs or outlink targets (``jobs.crawldb_slice.round_keys``): every
        column (prepare, discover, sitemaps, moves);
-    2. ``host`` a host of the round's rows: :data:`jobs.crawldb_slice.HOST_COLUMNS` (pattern learning,
-       trap signals, robots refresh; the other columns null unless another key matches);
+    2. ``host`` a host whose duplicate URL patterns the round learns again
+       (``pattern_transforms.learning_hosts``), a stored page in its sample (``in_sample``):
+       :data:`jobs.crawldb_slice.HOST_COLUMNS` (the other columns null unless another key matches).
+       Bounded by ``dedup.pattern_sample_pages`` a host, not by the host's size, and a host is
+       learnt again only when its fetched pages grew ~10 %, so in proportion to the round: the counterparts
+       the sampled pages name come from :func:`counterpart_rows`, a keyed read, and the other
+       readers of a host's rows are keyed instead (robots refresh: the hosts' sitemap URLs are in
+       key 1; trap signals: a first copy's original is a round row or a key 3 or 4 row);
     3. ``digest`` one of the round's page digests, ``status`` fetched or not_modified: every column
        (``exact_dup_transforms.exact_members``: the stored copies of the round's digests);
     4. ``url_fp`` one of the gathered index rows': every column (``originals.left_pages``);
@@ -23,9 +29,10 @@ scan joined with a broadcast of those local rows:
 - :func:`stored_buckets` (``schedule.policy = "adaptive"`` only): the crawl-DB aggregate of the round's
   multiplier.
 
-Two reads depend on decisions and run only in a round that needs them, as in the Spark plan:
-:func:`repoint_rows` (copies of originals that left) and :func:`budget_rows` (URLs of hosts that
-reached their budget this round). The crawl DB is scanned, never shuffled.
+Three reads depend on decisions and run only in a round that needs them: :func:`repoint_rows`
+(copies of originals that left), :func:`budget_rows` (URLs of hosts that reached their budget this
+round) and :func:`counterpart_rows` (the counterparts pattern learning lacks). The crawl DB is
+scanned, never shuffled.
 """
 
 from __future__ import annotations
@@ -40,15 +47,16 @@ from crawl_udfs.config import Config
 from jobs import crawldb_slice as S
 from jobs import hosts_transforms as HT
 from jobs import originals as O
+from jobs import pattern_transforms as P
+from schemas.status import STORED
 
 
 @dataclass(frozen=True)
 class Keys:
     """The key sets of a round (small DataFrames, each broadcast; :func:`keys` computes them on the driver)."""
 
-    url_fps: DataFrame      # ``url_fp``: the round's URLs and outlink targets (1.), and the index rows' (4.)
+    url_fps: DataFrame      # ``url_fp``: the round's URLs, outlink targets, sitemap URLs (1.), index rows' (4.)
     digests: DataFrame      # ``digest``: the round's page digests (3.)
-    hosts: DataFrame        # ``host``: the hosts of the round's rows (2.)
     link_hosts: DataFrame   # ``host``: those and the hosts of the round's outlinks (``hosts`` rows)
 
 
@@ -57,13 +65,15 @@ def keys(con, fetch_output, index_fps=None):
     ``index_fps``: the gathered index rows' ``url_fp``, or None), as DuckDB relations by :class:`Keys` field."""
     from jobs import duck_discover as DD
     from jobs import duck_engine as E
-    by_url = DD.round_keys(con, fetch_output)
+    by_url = E.query(con, f"""SELECT url_fp FROM {{keys}} UNION
+                              SELECT {E.XXHASH64}(unnest(sitemap_urls)) AS url_fp FROM {{fo}}
+                              WHERE kind = 'host' AND sitemap_urls IS NOT NULL""",
+                     keys=DD.round_keys(con, fetch_output), fo=fetch_output)
     if index_fps is not None:
         by_url = E.query(con, "SELECT url_fp FROM {a} UNION SELECT url_fp FROM {b}", a=by_url, b=index_fps)
     pages = "SELECT * FROM {fo} WHERE kind = 'page'"
     return {"url_fps": by_url,
             "digests": E.query(con, f"SELECT DISTINCT digest FROM ({pages}) WHERE digest IS NOT NULL", fo=fetch_output),
-            "hosts": DD.round_hosts(con, fetch_output),
             "link_hosts": E.query(con, f"""SELECT host FROM {{fo}} WHERE host IS NOT NULL
                                            UNION SELECT unnest(outlinks).host AS host FROM ({pages})""", fo=fetch_output)}
 
@@ -82,16 +92,22 @@ def index_rows(near_dup_index: DataFrame, block_keys: DataFrame, *, round_no: in
             .join(F.broadcast(block_keys), "block_key", "left_semi"))
 
 
-def crawldb_rows(crawldb: DataFrame, keys: Keys, *, observe: Callable[[str, Any], Any] = lambda name, df: df
-                 ) -> DataFrame:
-    """The crawl-DB rows of the module's keys 1.-4., in one scan; ``observe`` gets the whole scan (``crawldb``)."""
+def crawldb_rows(crawldb: DataFrame, keys: Keys, learning: DataFrame | None, *,
+                 observe: Callable[[str, Any], Any] = lambda name, df: df) -> DataFrame:
+    """The crawl-DB rows of the module's keys 1.-4., in one scan; ``observe`` gets the whole scan (``crawldb``).
+    ``learning``: ``pattern_transforms.learning_hosts`` (key 2; None: ``dedup.learn_patterns`` off, none)."""
     stored = F.col("status").isin(*O.ORIGINAL_STATUSES)
+    if learning is None:
+        learning = crawldb.sparkSession.createDataFrame([], "host string, threshold long")
+    by_host = learning.select("host", F.lit(True).alias("_by_host"), F.col("threshold").alias("_threshold"))
     rows = (observe("crawldb", crawldb)
             .join(F.broadcast(keys.url_fps.select("url_fp", F.lit(True).alias("_by_url"))), "url_fp", "left")
             .join(F.broadcast(keys.digests.select("digest", F.lit(True).alias("_by_digest"))), "digest", "left")
-            .join(F.broadcast(keys.hosts.select("host", F.lit(True).alias("_by_host"))), "host", "left"))
+            .join(F.broadcast(by_host), "host", "left"))
     whole = F.col("_by_url").isNotNull() | (F.col("_by_digest").isNotNull() & stored)
-    rows = rows.where(whole | F.col("_by_host").isNotNull())
+    sampled = (F.col("_by_host").isNotNull() & F.col("status").isin(*[s.value for s in STORED])
+               & P.in_sample(F.col("url_fp"), F.col("_threshold")))
+    rows = rows.where(whole | sampled)
     return rows.select([F.col(c) if c in S.HOST_COLUMNS else F.when(whole, F.col(c)).alias(c) for c in crawldb.columns])
 
 
@@ -106,6 +122,12 @@ def repoint_rows(crawldb: DataFrame, gone_fps: DataFrame) -> DataFrame:
     """The crawl-DB rows :func:`jobs.originals.repoint` reads for originals that left (``gone_fps``: ``url_fp``):
     rows whose ``url_fp`` or ``dup_of`` is one of them, in :data:`jobs.originals.REPOINT_COLUMNS`."""
     return O.stored_rows(crawldb, gone_fps)
+
+
+def counterpart_rows(crawldb: DataFrame, fps: DataFrame) -> DataFrame:
+    """The crawl-DB rows pattern learning looks its sampled pages' counterparts up in (``fps``:
+    ``url_fp``, ``jobs.duck_patterns.missing_counterparts``), in :data:`jobs.crawldb_slice.HOST_COLUMNS`."""
+    return crawldb.join(F.broadcast(fps.select("url_fp")), "url_fp", "left_semi").select(*S.HOST_COLUMNS)
 
 
 def budget_rows(crawldb: DataFrame, reached: DataFrame) -> DataFrame:

@@ -101,11 +101,15 @@ def _compare_chain(spark, ins: dict, conf, *, round_no: int = 1) -> dict:
     k["budget_rows"] = DH.budget_rows(d["crawldb"], k["reached"], round_no=round_no)
     if conf.dedup.learn_patterns:
         dd = conf.dedup
-        s["pages"], k["pages"] = P.stored_pages(ins["known"], ins["updated"]), DP.stored_pages(d["known"], d["updated"])
+        sample = dd.pattern_sample_pages
+        s["learning"] = P.learning_hosts(ins["fetch_output"], ins["hosts"], sample_pages=sample)
+        k["learning"] = DP.learning_hosts(d["fetch_output"], d["hosts"], sample_pages=sample)
+        s["pages"] = P.stored_pages(ins["known"], ins["updated"], s["learning"])
+        k["pages"] = DP.stored_pages(d["known"], d["updated"], k["learning"])
         s["learnt"] = P.learn(s["pages"], min_pages=dd.pattern_min_pages, min_share=dd.pattern_min_share)
         k["learnt"] = DP.learn(con, k["pages"], min_pages=dd.pattern_min_pages, min_share=dd.pattern_min_share)
-        s["with_patterns"] = P.with_patterns(s["budgeted"], s["learnt"])
-        k["with_patterns"] = DP.with_patterns(k["budgeted"], k["learnt"])
+        s["with_patterns"] = P.with_patterns(s["budgeted"], s["learnt"], s["learning"])
+        k["with_patterns"] = DP.with_patterns(k["budgeted"], k["learnt"], k["learning"])
     for step in s:
         try:
             assert_same(s[step], k[step])
@@ -283,25 +287,123 @@ def _pattern_rows():
     return before, updated
 
 
-@pytest.mark.parametrize("min_pages, min_share", [(8, 0.9), (10, 0.9), (3, 0.5), (1, 0.0)])
-def test_learn_patterns(spark, min_pages, min_share):
+def _learning(spark, hosts, sample: int):
+    """``learning_hosts`` of a round that fetched ten pages of each of ``hosts`` (40 -> 50: each passes 42)."""
+    from tests.test_update import page
+    fo = spark.createDataFrame([page(f"http://{r.host}/z{i}", "ok", status_code=200)
+                                for r in hosts.collect() for i in range(10)], FETCH_OUTPUT)
+    learning = P.learning_hosts(fo, hosts, sample_pages=sample).localCheckpoint()
+    assert learning.count() == hosts.count()
+    return learning
+
+
+def test_a_host_learns_again_when_its_fetched_pages_pass_a_count(spark):
+    """``learning_hosts``: the round's hosts whose pages_fetched (before + the round's responses) pass one
+    of RELEARN_AT (each count to 10, then ~10 % steps), in both engines, with their sample thresholds."""
+    from tests.test_generate import host_row
+    from tests.test_update import page
+    before = {"new.test": None, "small.test": 7, "mid.test": 40, "big.test": 100_000, "bigger.test": 100_000,
+              "quiet.test": 12}
+    responses = {"new.test": 1, "small.test": 1, "mid.test": 1, "big.test": 500, "bigger.test": 10_000,
+                 "quiet.test": 0}
+    hosts = spark.createDataFrame([host_row(h, pages_fetched=n) for h, n in before.items() if n is not None], HOSTS)
+    rows = [page(f"http://{h}/p{i}", "ok", status_code=200) for h, n in responses.items() for i in range(n)]
+    rows += [page("http://quiet.test/x", "deferred"), dict(round=1, partition=0, kind="host", host="quiet.test")]
+    fo = spark.createDataFrame(rows, FETCH_OUTPUT)
+    got = P.learning_hosts(fo, hosts, sample_pages=1000)
+    con = connect()
+    d = duck_inputs(con, fo=fo, hosts=hosts)
+    assert_same(got, DP.learning_hosts(d["fo"], d["hosts"], sample_pages=1000))
+    # 40 -> 41 passes no count (38, 42); 100,000 -> 100,500 none (~10 % steps); 12 -> 12 none
+    assert {r.host: r.threshold for r in got.collect()} == {
+        "new.test": P.SAMPLE_SPAN, "small.test": P.SAMPLE_SPAN, "bigger.test": P.SAMPLE_SPAN * 1000 // 100_000}
+    # a host that learns nothing loses its rules; one that does not learn keeps them
+    rule = [dict(pattern="/print/", kind="prefix", pages=9, dup_share=1.0)]
+    hosts_new = spark.createDataFrame([host_row(h, dup_patterns=rule) for h in ("big.test", "bigger.test")], HOSTS)
+    learnt = spark.createDataFrame([], "host string, dup_patterns " + HOSTS["dup_patterns"].dataType.simpleString())
+    d = duck_inputs(con, hosts_new=hosts_new, learnt=learnt, learning=got)
+    kept = P.with_patterns(hosts_new, learnt, got)
+    assert_same(kept, DP.with_patterns(d["hosts_new"], d["learnt"], d["learning"]))
+    assert {r.host: r.dup_patterns is not None for r in kept.collect()} == {"big.test": True, "bigger.test": False}
+
+
+def _pattern_hosts(spark, fetched: int):
+    """Pre-round ``hosts`` rows of _pattern_rows' hosts, each having fetched ``fetched`` pages."""
+    from tests.test_generate import host_row
+    return spark.createDataFrame([host_row(h, pages_fetched=fetched) for h in ("o.test", "m.test", "s.test")], HOSTS)
+
+
+@pytest.mark.parametrize("min_pages, min_share, sample", [(8, 0.9, None), (10, 0.9, None), (3, 0.5, None),
+                                                          (1, 0.0, None), (1, 0.0, 12), (3, 0.5, 12)])
+def test_learn_patterns(spark, min_pages, min_share, sample):
+    """Both engines learn the same rules; ``sample``: every host sampled down to ~``sample`` of 40 pages."""
     from tests.test_generate import host_row
     before, now = _pattern_rows()
     crawldb, updated = spark.createDataFrame(before, CRAWLDB), spark.createDataFrame(now, CRAWLDB)
+    hosts = _pattern_hosts(spark, 40)
     hosts_new = spark.createDataFrame([host_row("o.test", dup_patterns=[dict(pattern="/x/", kind="prefix", pages=3,
                                                                                dup_share=1.0)]),
                                        host_row("m.test"), host_row("q.test")], HOSTS)
     con = connect()
-    d = duck_inputs(con, crawldb=crawldb, updated=updated, hosts_new=hosts_new)
-    pages = P.stored_pages(crawldb, updated)
-    assert_same(pages, DP.stored_pages(d["crawldb"], d["updated"]))
+    learning = _learning(spark, hosts, sample or 40)
+    d = duck_inputs(con, crawldb=crawldb, updated=updated, hosts_new=hosts_new, hosts=hosts, learning=learning)
+    pages = P.stored_pages(crawldb, updated, learning)
+    assert_same(pages, DP.stored_pages(d["crawldb"], d["updated"], d["learning"]))
     learnt = P.learn(pages, min_pages=min_pages, min_share=min_share)
-    k_learnt = DP.learn(con, DP.stored_pages(d["crawldb"], d["updated"]), min_pages=min_pages, min_share=min_share)
+    k_learnt = DP.learn(con, DP.stored_pages(d["crawldb"], d["updated"], d["learning"]),
+                        min_pages=min_pages, min_share=min_share)
     assert_same(learnt, k_learnt)
-    assert_same(P.with_patterns(hosts_new, learnt), DP.with_patterns(d["hosts_new"], k_learnt))
-    if (min_pages, min_share) == (8, 0.9):  # the case test_url_patterns pins: the comparison is not vacuous
+    assert_same(P.with_patterns(hosts_new, learnt, learning), DP.with_patterns(d["hosts_new"], k_learnt, d["learning"]))
+    if (min_pages, min_share, sample) == (8, 0.9, None):  # the case test_url_patterns pins: not vacuous
         got = {r.host: {p.pattern for p in r.dup_patterns} for r in learnt.collect()}
         assert got == {"o.test": {"/print/", "?ref=front"}, "m.test": {"?page=1"}, "s.test": {"?sess"}}
+    if sample:  # the sample is smaller than the host, and its rules are counted on it
+        sampled = {r.host: r.n for r in pages.where("sampled").groupBy("host").count().withColumnRenamed("count", "n")
+                   .collect()}
+        stored = {r.host: r.n for r in pages.where("original IS NOT NULL").groupBy("host").count()
+                  .withColumnRenamed("count", "n").collect()}
+        assert all(0 < sampled[h] < stored[h] for h in ("o.test", "m.test", "s.test")), (sampled, stored)
+        assert all(p.pages <= sampled[r.host] for r in learnt.collect() for p in r.dup_patterns)
+
+
+def test_the_driver_engine_learns_from_the_sample_and_counterparts_it_reads_by_url(spark):
+    """The driver's gather keeps a host's sampled stored pages only (``update_gather.crawldb_rows``, key 2);
+    the counterparts they name come from one keyed read (``missing_counterparts``, ``counterpart_rows``).
+    Learnt from those, the rules are the Spark plan's, which sees every row of the round's hosts."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from jobs import update_gather as G
+    from jobs.duck_engine import to_spark
+    before, now = _pattern_rows()
+    crawldb, updated = spark.createDataFrame(before, CRAWLDB), spark.createDataFrame(now, CRAWLDB)
+    hosts = _pattern_hosts(spark, 40)
+    con = connect()
+    d = duck_inputs(con, updated=updated, hosts=hosts)
+    for sample in (12, 40):
+        key = lambda col: spark.createDataFrame([], f"{col} {'bigint' if col == 'url_fp' else 'string'}")
+        keys = G.Keys(url_fps=key("url_fp"), digests=key("digest"), link_hosts=key("host"))
+        learning = _learning(spark, hosts, sample)
+        d["learning"] = duck_inputs(con, learning=learning)["learning"]
+        gathered = duck_inputs(con, known=G.crawldb_rows(crawldb, keys, learning))["known"]
+        pages = DP.stored_pages(gathered, d["updated"], d["learning"])
+        missing = DP.missing_counterparts(con, pages)
+        assert missing.aggregate("count(*)").fetchall()[0][0] > 0  # the gather alone lacks counterparts
+        # what jobs.update.decide reads before the decisions holds them (the round's rows as fetched)
+        fo = duck_inputs(con, fo=updated.select(F.lit("page").alias("kind"), "host", "url", "url_fp"))["fo"]
+        likely = DP.likely_counterparts(con, gathered, fo, d["learning"])
+        assert DP.query("SELECT url_fp FROM $m EXCEPT SELECT url_fp FROM $l", m=missing, l=likely).fetchall() == []
+        more = G.counterpart_rows(crawldb, to_spark(spark, missing, StructType([StructField("url_fp", LongType())])))
+        cols = "SELECT host, url, url_fp, status, dup_of FROM "
+        seen = DP.query(cols + "$k UNION ALL " + cols + "$m", k=gathered, m=duck_inputs(con, more=more)["more"])
+        got = DP.learn(con, DP.stored_pages(seen, d["updated"], d["learning"]), min_pages=1, min_share=0.0)
+        want = P.learn(P.stored_pages(crawldb, updated, learning), min_pages=1, min_share=0.0)
+        assert want.count() > 0
+        assert_same(want, got)
+        n_gathered = gathered.aggregate("count(*)").fetchall()[0][0]
+        assert n_gathered == crawldb.join(updated.select("host").distinct(), "host", "left_semi").where(
+            F.col("status").isin("fetched", "not_modified", "duplicate")
+            & P.in_sample(F.col("url_fp"), P.sample_threshold(F.lit(40), sample))).count()
 
 
 def test_skipped_is_url_patterns_matches(spark):

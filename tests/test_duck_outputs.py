@@ -143,3 +143,35 @@ def test_realistic_round(spark, con, realistic):
     kinds = {r["_kind"] for r in source.select("_kind").distinct().collect()}
     assert kinds == {"update", "new", "budget", "moved"} | ({"due"} if inputs["due"].count() else set()), kinds
     assert_same(source, DO.merge_source(con, **{k: d[k] for k in inputs}))
+
+
+def test_the_driver_gather_holds_what_robots_refresh_and_lastmod_read(spark, con, realistic):
+    """The driver engine's gather (``update_gather.crawldb_rows``: by URL, and by host only the sampled
+    stored pages) gives the sitemap and lastmod rules the rows the Spark slice gives them: a sitemap URL
+    is keyed by its ``url_fp``, not found among every row of its host."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from jobs import update_gather as G
+    from jobs.duck_engine import to_spark
+    r = realistic
+    d = duck_inputs(con, out=r["out"], prepared=r["prepared"])
+    keys = G.Keys(**{name: to_spark(spark, rel, StructType([StructField(rel.columns[0], LongType() if rel.columns[0]
+                                                                        == "url_fp" else StringType())]))
+                     for name, rel in G.keys(con, d["out"]).items()})
+    from tests.test_generate import host_row
+    # learning hosts of a billion pages, a sample of one: no stored page of a host is in it (threshold 0)
+    from jobs import pattern_transforms as P
+    big = spark.createDataFrame([host_row(f"h{i}.test", pages_fetched=10**9) for i in range(10)], HOSTS)
+    learning = big.select("host", P.sample_threshold(F.col("pages_fetched"), 1).alias("threshold"))
+    assert {r.threshold for r in learning.collect()} == {0}
+    gathered = G.crawldb_rows(r["db"], keys, learning)
+    g = duck_inputs(con, gathered=gathered)["gathered"]
+    kw = dict(now=NOW, round_no=5)
+    new, due = SM.robots_refresh(r["out"], r["known"], score=1.0, default_interval_s=DAY, **kw)
+    dnew, ddue = DO.robots_refresh(con, d["out"], g, score=1.0, default_interval_s=DAY, **kw)
+    assert due.count() == 1  # h1.test's sitemap, stored: due again
+    assert_same(new, dnew)
+    assert_same(due, ddue)
+    assert_same(SM.lastmod_due(r["prepared"], r["known"], **kw), DO.lastmod_due(con, d["prepared"], g, **kw))
+    assert gathered.where("fetch_count IS NULL").count() == 0  # no row by host: every row keyed whole

@@ -30,14 +30,26 @@ def _inputs(spark, conf, n):
             common.read(spark, conf, "near_dup_index"))
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
-def test_the_driver_engine_writes_what_the_spark_plan_writes(spark, e2e_crawl, n):
+@pytest.mark.parametrize("n, sample", [(1, None), (2, None), (3, None), (2, 3), (3, 3)])
+def test_the_driver_engine_writes_what_the_spark_plan_writes(spark, e2e_crawl, n, sample):
+    """``sample``: ``dedup.pattern_sample_pages`` lowered so that pattern learning samples the hosts
+    (the driver's gather then holds a host's sampled pages only, and reads their counterparts by URL)."""
     from jobs import common, duck_engine, update
     from jobs.update_counters import Counters
     from schemas.tables import TABLES
 
     _, conf, *_ = e2e_crawl
-    now, crawldb, hosts, fetch_output, fetch_list, index = _inputs(spark, conf, n)
+    if sample is not None:
+        conf = conf.with_overrides(f"dedup.pattern_sample_pages={sample}")
+    _both_engines(spark, conf, n, *_inputs(spark, conf, n))
+
+
+def _both_engines(spark, conf, n, now, crawldb, hosts, fetch_output, fetch_list, index) -> dict:
+    """Round ``n``'s update by both engines; every source row and counter compared. The driver's tables."""
+    from jobs import common, duck_engine, update
+    from jobs.update_counters import Counters
+    from schemas.tables import TABLES
+
     by_spark = Counters(now)
     p = update.plan(crawldb, hosts, fetch_output, fetch_list, conf, round_no=n, now=now, near_dup_index=index,
                     keep=lambda df: df.localCheckpoint(), observe=by_spark)
@@ -51,3 +63,30 @@ def test_the_driver_engine_writes_what_the_spark_plan_writes(spark, e2e_crawl, n
     for name, df in spark_out.items():
         assert_same(df, con.from_arrow(tables[name]))
     assert by_driver.counts() == by_spark.counts()
+    return tables
+
+
+def test_a_first_copy_never_names_a_page_leaving_in_its_round_in_both_engines(spark):
+    """The driver's gather holds a first copy's original by key (its digest, or an index row), not among
+    every row of its host: that is enough because an original is chosen among the round's pages as it
+    leaves them. Here a page fetched first copies the old content of test_originals' L2, an original
+    whose content becomes another page's this round (its copy C3 promoted): the page is no copy of L2,
+    which leaves, and the engines agree."""
+    from crawl_udfs.url_normalize import fingerprint as fp
+    from schemas.tables import CRAWLDB, FETCH_LIST, FETCH_OUTPUT, HOSTS, NEAR_DUP_INDEX
+    from tests import test_originals as TO
+    from tests.duck_dup_cases import NOW
+    from tests.test_duck_originals import originals_round
+    from tests.test_update import CONF, frame
+
+    olds, pages = originals_round()
+    n4 = "http://o.test/b-copy2"
+    olds.append(TO.old(n4))
+    pages.append(TO._ok(n4, "sha1:L2"))
+    tables = _both_engines(spark, CONF, 1, NOW, frame(spark, olds, CRAWLDB).localCheckpoint(),
+                           frame(spark, [], HOSTS), frame(spark, pages, FETCH_OUTPUT), frame(spark, [], FETCH_LIST),
+                           frame(spark, [], NEAR_DUP_INDEX))
+    rows = {r["url_fp"]: r for r in tables["crawldb_source"].to_pylist()}
+    assert (rows[fp(TO.L2)]["status"], rows[fp(TO.L2)]["dup_of"]) == ("duplicate", fp(TO.O))  # L2 leaves
+    assert (rows[fp(TO.C3)]["status"], rows[fp(TO.C3)]["_kind"]) == ("fetched", "repoint")  # C3 promoted
+    assert (rows[fp(n4)]["status"], rows[fp(n4)]["dup_of"]) == ("fetched", None)  # not a copy of L2

@@ -74,10 +74,14 @@ def test_the_column_form_agrees_with_the_python_form(spark):
 # -- learning from a hand-made crawl DB -------------------------------------------------------------
 def _learn(spark, rows, updated_rows, **kw):
     from jobs import pattern_transforms as P
+    from pyspark.sql import functions as F
+
     from schemas.tables import CRAWLDB
     crawldb = spark.createDataFrame(rows, CRAWLDB)
     updated = spark.createDataFrame(updated_rows, CRAWLDB)
-    learnt = P.learn(P.stored_pages(crawldb, updated), min_pages=kw.get("min_pages", 8),
+    # every host of the round learns, each page in its sample (threshold null)
+    learning = updated.select("host").distinct().withColumn("threshold", F.lit(None).cast("long"))
+    learnt = P.learn(P.stored_pages(crawldb, updated, learning), min_pages=kw.get("min_pages", 8),
                      min_share=kw.get("min_share", 0.9)).collect()
     return {r.host: {p.pattern: (p.pages, round(p.dup_share, 3)) for p in r.dup_patterns} for r in learnt}
 
