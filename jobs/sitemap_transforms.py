@@ -41,7 +41,8 @@ def robots_refresh(fetch_output: DataFrame, known: DataFrame, *, now: dt.datetim
     """(new sitemap rows, due rows) of the hosts whose robots.txt the round fetched.
 
     ``known``: the crawl DB, or update's slice of it (it holds every row of the round's hosts with
-    ``url_fp`` and ``status``: ``jobs/crawldb_slice.py``). A new sitemap row is a seed of its host:
+    ``url_fp`` and ``status``: ``jobs/crawldb_slice.py``; the driver engine's gather keys the sitemap
+    URLs by ``url_fp`` instead, ``jobs/update_gather.py``). A new sitemap row is a seed of its host:
     depth 0 (its index level), score ``score`` (``inject.score``), due now."""
     s = (fetch_output.where((F.col("kind") == "host") & F.col("sitemap_urls").isNotNull())
          .select("host", F.explode("sitemap_urls").alias("url"))
