@@ -254,13 +254,15 @@ def url_seen(spark, conf, round_no: int) -> dict:
                             max_pages_per_host=conf.budget.max_pages_per_host,
                             delay_window_s=generate.delay_window_s(conf))
     rows = fetch.fetch_input(fetch_list, common.read(spark, conf, "hosts"), 2,
-                             crawldb=common.read(spark, conf, "crawldb"), follow_cap=cap)
-    got = (rows.where(F.col("kind") == "host").select(F.size("known_fps").alias("n"))
-           .agg(F.count(F.lit(1)).alias("hosts"), F.sum("n").alias("fps"), F.max("n").alias("largest"))
+                             crawldb=common.read(spark, conf, "crawldb"), follow_cap=cap,
+                             max_known=conf.fetch.follow_max_known_urls)
+    got = (rows.where(F.col("kind") == "host").select(F.size("known_fps").alias("n"), "follow_cap")
+           .agg(F.count(F.lit(1)).alias("hosts"), F.sum("n").alias("fps"), F.max("n").alias("largest"),
+                F.sum(F.when(F.col("follow_cap") == 0, 1).otherwise(0)).alias("not_following"))
            .collect()[0])
     fps = int(got["fps"] or 0)
     return {"hosts": int(got["hosts"]), "known_fps": fps, "largest_host_fps": int(got["largest"] or 0),
-            "mib_shipped": round(8 * fps / MIB, 1)}
+            "mib_shipped": round(8 * fps / MIB, 1), "hosts_follow_cap_0": int(got["not_following"] or 0)}
 
 
 # -- build / run ---------------------------------------------------------------------------------

@@ -155,6 +155,7 @@ RULES: dict[str, Check] = {
     "fetch.parse_threads": COUNT_OR_ZERO,
     "fetch.task_budget_s": above(0),
     "fetch.follow_in_round": ANY,
+    "fetch.follow_max_known_urls": COUNT,
     "fetch.tail_check_after_s": SECONDS,
     "fetch.tail_busy_host_share": SHARE,
     "fetch.tail_rate_share": SHARE,

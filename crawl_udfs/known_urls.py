@@ -13,7 +13,9 @@ on this 2-core machine, 100,000 lookups in a 10,000-URL set), against ~1 ms of
 page work per fetched page.
 
 The array is built from the crawl DB snapshot the round reads (``jobs/fetch.fetch_input``:
-``collect_list(url_fp)`` of the host's rows), shipped in the host's input row and sorted here.
+``collect_list(url_fp)`` of the host's rows), shipped in the host's input row and sorted here. A
+host's known URLs are not capped by its page budget (discovered links pile up): a host with more
+than ``fetch.follow_max_known_urls`` (200,000: 1.6 MB) ships no set and follows no link in the round.
 """
 
 from __future__ import annotations

@@ -79,14 +79,17 @@ def partition_keys(spark, n: int):
             .groupBy("partition").agg(F.min("_key").alias("_key")))
 
 
-def fetch_input(fetch_list, hosts, n_partitions: int, *, crawldb=None, follow_cap=None):
+def fetch_input(fetch_list, hosts, n_partitions: int, *, crawldb=None, follow_cap=None, max_known: int | None = None):
     """The round's fetch-list rows (kind "item") and their hosts' rows (kind "host", with the
     partition of their URLs), one task per fetch partition. Timestamps become epoch seconds.
 
     With ``crawldb`` and ``follow_cap`` (a Column over ``hosts`` columns: the host's URLs in the
     round at most, :func:`jobs.generate.host_cap`), each host row also carries ``follow_cap`` and
     ``known_fps``, the url_fps of all its crawl-DB rows (an exact set, ``crawl_udfs.known_urls``),
-    so the task may follow links to the host inside the round; without them it follows none."""
+    so the task may follow links to the host inside the round; without them it follows none. A host
+    with more than ``max_known`` known URLs (``fetch.follow_max_known_urls``) follows none either
+    (``follow_cap`` 0, no set shipped): its set would be megabytes in one row, and a host that big
+    never lacks listed URLs for its round."""
     from pyspark.sql import functions as F
 
     def epoch(c):
@@ -109,8 +112,11 @@ def fetch_input(fetch_list, hosts, n_partitions: int, *, crawldb=None, follow_ca
                                                        "left_semi")
                  .groupBy("host").agg(F.collect_list("url_fp").alias("known_fps")))
         host_rows = host_rows.join(known, "host", "left")
-        follow = [follow_cap.cast(FOLLOW_TYPES["follow_cap"]).alias("follow_cap"),
-                  F.coalesce(F.col("known_fps"), F.array().cast(FOLLOW_TYPES["known_fps"])).alias("known_fps")]
+        empty = F.array().cast(FOLLOW_TYPES["known_fps"])
+        fps = F.coalesce(F.col("known_fps"), empty)
+        too_many = F.lit(False) if max_known is None else F.size(fps) > F.lit(int(max_known))
+        follow = [F.when(too_many, F.lit(0)).otherwise(follow_cap).cast(FOLLOW_TYPES["follow_cap"]).alias("follow_cap"),
+                  F.when(too_many, empty).otherwise(fps).alias("known_fps")]
     host_rows = host_rows.select(
         F.lit("host").alias("kind"), "partition", "host",
         *[F.lit(None).cast(item_types[c]).alias(c) for c in ITEM_COLUMNS],
@@ -323,7 +329,7 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
             crawldb = pending_round.known_urls(common.pinned(spark, conf, "crawldb"), prev_out)
     follow = {}
     if follow_on:  # the crawl DB as generate left it: what update will read as known
-        follow = {"crawldb": crawldb, "follow_cap": generate.host_cap(
+        follow = {"crawldb": crawldb, "max_known": conf.fetch.follow_max_known_urls, "follow_cap": generate.host_cap(
             max_per_host=generate.max_urls_per_host(conf), max_pages_per_host=conf.budget.max_pages_per_host,
             delay_window_s=generate.delay_window_s(conf))}
     live_dir = progress.round_dir(common.root(conf), n) if conf.fetch.progress_every_s > 0 else None

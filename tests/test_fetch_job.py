@@ -297,6 +297,13 @@ def test_fetch_input_gives_each_host_its_known_set_and_its_cap_for_the_round(spa
     # without a crawl DB (fetch.follow_in_round = false) no host can be followed
     _, plain, _ = fetch.read_batches(fetch.fetch_input(fl, hosts, 2).toArrow().to_batches())
     assert all(h.known is None and h.follow_cap is None for h in plain)
+    # a host that knows more URLs than max_known ships none and follows none; the others are as before
+    for max_known, h0 in ((5, (3, 5)), (4, (0, 0))):
+        _, capped, _ = fetch.read_batches(fetch.fetch_input(fl, hosts, 2, crawldb=crawldb, follow_cap=cap,
+                                                            max_known=max_known).toArrow().to_batches())
+        by_host = {h.host: h for h in capped}
+        assert (by_host["h0.test"].follow_cap, len(by_host["h0.test"].known)) == h0
+        assert (by_host["h1.test"].follow_cap, len(by_host["h1.test"].known)) == (3, 1)
 
 
 def test_output_batch_matches_the_table_schema(spark):
