@@ -131,7 +131,10 @@ def judge_rep(records: list[dict], live, times: dict, rep: int, a) -> list[dict]
         for half in (0, 1):
             sub = {k: v for k, v in fetches.items() if int(k[0].split("-")[1].split(".")[0]) % 2 == half}
             halves.append(S.judge(live, sub, t0, t["t1"]).stale_share)
-        rows.append({"rep": rep, "policy": p, "halves": halves, "seconds": round(j.seconds, 1), "fetches": j.fetches,
+        refs = S.page_references(live, j.fetches_per_s)
+        pages = [[f"{k[0]} {k[1]}", st, *refs[k]] for k, st in S.page_stale_shares(live, fetches, t0, t["t1"]).items()]
+        rows.append({"rep": rep, "policy": p, "pages": pages, "halves": halves, "seconds": round(j.seconds, 1),
+                     "fetches": j.fetches,
                      "per_s": j.fetches_per_s, "stale": j.stale_share, "wasted": j.wasted_share, "n304": n304,
                      **ref, "epoch": live.epoch, "t0": t0, "t1": t["t1"]})
     return rows
@@ -159,6 +162,28 @@ def report(rows: list[dict], a) -> None:
                   f"/oracle {statistics.mean(r['stale'] / r['oracle'] for r in rs):.2f}, "
                   f"/uniform {statistics.mean(r['stale'] / r['uniform'] for r in rs):.2f}, "
                   f"wasted {statistics.mean(r['wasted'] for r in rs):.0%}")
+    ranges(ok, a.policies)
+
+
+def ranges(ok: list[dict], policies) -> None:
+    """90 % ranges of the pooled ratios (every judged page of every rep, drawn again with replacement,
+    ``staleness.bootstrap``): stale over the oracle's and uniform's expected staleness at the run's own
+    budget, and the stale-share difference of each policy against the first, paired on the same pages."""
+    by = {p: {(r["rep"], pg[0]): pg[1:] for r in ok if r["policy"] == p and "pages" in r for pg in r["pages"]}
+          for p in policies}
+    for p, pages in by.items():
+        if pages:
+            o = S.bootstrap([(st, orc) for st, _, orc in pages.values()])
+            u = S.bootstrap([(st, uni) for st, uni, _ in pages.values()])
+            print(f"{p}: {len(pages)} pages: stale/oracle {o[0]:.2f} [{o[1]:.2f}, {o[2]:.2f}], "
+                  f"stale/uniform {u[0]:.2f} [{u[1]:.2f}, {u[2]:.2f}] (90 %, pages drawn again)")
+    first = next(iter(policies), None)
+    for p in list(policies)[1:]:
+        both = [k for k in by.get(p, {}) if k in by.get(first, {})]
+        if both:
+            d = S.bootstrap([(by[p][k][0] - by[first][k][0], 1.0) for k in both])
+            print(f"{p} - {first}: stale share {d[0]:+.3f} per page "
+                  f"[{d[1]:+.3f}, {d[2]:+.3f}] ({len(both)} pages, paired)")
 
 
 def main(argv: list[str] | None = None) -> int:

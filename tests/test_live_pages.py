@@ -166,3 +166,16 @@ def test_the_server_serves_versions_with_validators(tmp_path):
         assert [r["status"] for r in log] == [200, 304, 304, 200, 200]
         assert all(r["live_version"] == live.version(host, r["path"], at=r["start"]) for r in log)
         assert log[-1]["live_version"] >= 2
+
+
+def test_bootstrap_ranges_the_ratio_by_drawing_the_pages_again():
+    """``staleness.bootstrap`` (schedule_bench's 90 % ranges): the pooled ratio, a range around it that
+    is empty when every page says the same and wide when pages disagree; the same draws for the same seed."""
+    same = [(0.2, 0.1)] * 50
+    assert S.bootstrap(same) == pytest.approx((2.0, 2.0, 2.0))
+    mixed = [(0.3, 0.1)] * 25 + [(0.1, 0.1)] * 25
+    ratio, low, high = S.bootstrap(mixed)
+    assert ratio == pytest.approx(2.0) and 1.6 < low < ratio < high < 2.4
+    assert S.bootstrap(mixed) == (ratio, low, high)
+    few = S.bootstrap(mixed[:5] + mixed[-5:])  # fewer pages: a wider range
+    assert few[2] - few[1] > high - low

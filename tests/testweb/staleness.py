@@ -100,6 +100,39 @@ def judge(live, fetches: dict[tuple[str, str], list[float]], t0: float, t1: floa
     return Judgement(stale / (len(fetches) * (t1 - t0)), n, re, w, t1 - t0)
 
 
+def page_stale_shares(live, fetches: dict[tuple[str, str], list[float]], t0: float, t1: float) -> dict:
+    """Each page's stale share of [t0, t1] (``judge``'s, before it averages them)."""
+    return {key: stale_seconds(live.changes(*key, until=t1), fs, t0, t1) / (t1 - t0) for key, fs in fetches.items()}
+
+
+def page_references(live, fetches_per_s: float) -> dict:
+    """Each page's expected stale share under uniform's and the oracle's intervals at ``fetches_per_s``
+    (``references``' per page): key -> (uniform, oracle)."""
+    keys = live.keys()
+    rates = [live.rate(*k) for k in keys]
+    uni, orc = len(keys) / fetches_per_s, oracle_intervals(rates, fetches_per_s)
+    return {k: (expected_staleness([r], [uni]), expected_staleness([r], [o])) for k, r, o in zip(keys, rates, orc)}
+
+
+def bootstrap(pairs: list[tuple[float, float]], *, draws: int = 2000, seed: int = 1,
+              share: float = 0.9) -> tuple[float, float, float]:
+    """(Σa / Σb, low, high): the ratio over ``pairs`` (a, b) and its ``share`` range when the pairs (pages)
+    are drawn again with replacement ``draws`` times: how much the ratio owes to which pages the web
+    happened to have. ``b`` 0 with ``a`` anything: use (a - b, 1) pairs for a difference."""
+    import random
+    rnd = random.Random(seed)
+    ratio = sum(a for a, _ in pairs) / sum(b for _, b in pairs)
+    got = []
+    for _ in range(draws):
+        pick = [pairs[rnd.randrange(len(pairs))] for _ in pairs]
+        den = sum(b for _, b in pick)
+        if den:
+            got.append(sum(a for a, _ in pick) / den)
+    got.sort()
+    cut = int(len(got) * (1 - share) / 2)
+    return ratio, got[cut], got[len(got) - 1 - cut]
+
+
 def oracle_intervals(rates: list[float], fetches_per_s: float) -> list[float]:
     """The SIGMOD 2000 optimal re-fetch interval of each page (seconds; NEVER_S: not worth a fetch)."""
     pages = [(r, 1.0, 1) for r in rates]
