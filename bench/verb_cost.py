@@ -53,12 +53,41 @@ sys.path.insert(0, str(ROOT))
 
 
 class Meter:
-    """Seconds, Spark jobs and time outside jobs of named steps (nested steps are counted in their parent too)."""
+    """Seconds, Spark jobs and time outside jobs of named steps (nested steps are counted in their parent too).
+
+    Steps nest per thread: a step a worker thread opens (update's MERGEs and appends run side by side)
+    sits under the step its spawning thread has open, not under a sibling that happens to be open in
+    another thread. Its jobs are the jobs started while it ran, whichever thread started them."""
 
     def __init__(self, spark, names: bool = False):
+        import threading
+
         self.sc, self.names = spark.sparkContext, names
         self.rows: list[dict] = []
-        self.depth = 0
+        self._local, self._main = threading.local(), threading.main_thread()
+        self._main_depth = 0
+
+    def _enter(self) -> int:
+        """The depth of the step this thread opens now: under its own open step, else (a worker thread's
+        first) under the main thread's."""
+        import threading
+
+        loc = self._local
+        if not getattr(loc, "open", 0):
+            loc.base, loc.open = self._main_depth, 0
+        loc.open += 1
+        depth = loc.base + loc.open - 1
+        if threading.current_thread() is self._main:
+            self._main_depth = depth + 1
+        return depth
+
+    def _leave(self) -> None:
+        import threading
+
+        loc = self._local
+        loc.open -= 1
+        if threading.current_thread() is self._main:
+            self._main_depth = loc.base + loc.open
 
     def _next_job(self) -> int:
         return int(self.sc._jsc.sc().dagScheduler().numTotalJobs())
@@ -90,13 +119,12 @@ class Meter:
     @contextmanager
     def step(self, name: str):
         first, t0, wall0 = self._next_job(), time.perf_counter(), time.time() * 1000
-        self.depth += 1
-        row = {"step": name, "depth": self.depth - 1}
+        row = {"step": name, "depth": self._enter()}
         self.rows.append(row)
         try:
             yield
         finally:
-            self.depth -= 1
+            self._leave()
             last = self._next_job()
             row.update(seconds=time.perf_counter() - t0, jobs=last - first)
             row["outside_jobs_s"] = row["seconds"] - self._busy_s(first, last, wall0)
