@@ -304,8 +304,8 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
         try:
             p = update_decide.plan(con, inputs, conf, round_no=n, now=now, more=more, count=observed.count)
         finally:
-            for future, _ in early.values():  # not asked for: wait, so no Spark job outlives the update
-                future.result()
+            for future, _ in early.values():  # not asked for: wait (no Spark job outlives the update); its
+                future.exception()              # error, if any, is moot: nothing read its rows
         tables = {}
         for name, rel in [*_sources(p), ("hosts", p.hosts)]:
             tables[name] = E.cast_to(rel, _schema(name)).to_arrow_table()  # computed once: counted, then written
