@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--repeat", type=int, default=2, help="rounds (the first pays the JVM's first jobs)")
     r.add_argument("--optimize-each-round", action="store_true", help="OPTIMIZE after every update, timed")
     r.add_argument("--no-host-slice", action="store_true",
-                   help="update's gather without the round's hosts' rows, dedup.learn_patterns off (see without_host_slice)")
+                   help="dedup.learn_patterns off, the gather's key 2 (learning hosts' sampled pages) empty (see without_host_slice)")
     r.add_argument("--hosts-dv", action="store_true", help="deletion vectors on for the hosts table too")
     r.add_argument("--job-names", action="store_true")
     r.add_argument("--json", help="also write the raw figures here")
