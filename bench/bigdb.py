@@ -80,32 +80,6 @@ def _clear_peak(pid: int | str) -> None:
         pass
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*/children") if Path(f"/proc/{p}").exists() else ():
-            try:
-                todo += [int(c) for c in task.read_text().split()]
-            except OSError:
-                pass
-    return out
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, with reaped children's) of ``pid``'s process tree."""
-    tick, total = os.sysconf("SC_CLK_TCK"), 0
-    for p in _tree(pid):
-        try:
-            f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(x) for x in f[11:15])  # utime stime cutime cstime
-    return total / tick
-
-
 class Probe:
     """Peak memory of the driver since the last :meth:`reset`: JVM heap (MXBeans), JVM and Python RSS."""
 
@@ -150,7 +124,6 @@ class MemMeter(V.Meter):
     @contextmanager
     def step(self, name: str):
         self._fold()
-        cpu0 = cpu_s(os.getpid())
         with super().step(name):
             row = self.rows[-1]
             self.open.append(row)
@@ -159,7 +132,6 @@ class MemMeter(V.Meter):
             finally:
                 self._fold()
                 self.open.pop()
-                row["cpu_s"] = cpu_s(os.getpid()) - cpu0
 
     def collected(self, what: str, rows: int, nbytes: int) -> None:
         """Record an Arrow collection in every open step."""
@@ -308,6 +280,7 @@ def run(args) -> int:
     conf = V.bench_conf(work, round_size=args.round, max_per_host=args.round, sets=sets)
     load0 = os.getloadavg()
     spark = build_session(conf)
+    common.ensure_tables(spark, conf)  # what `deltacrawl init` does: tables built by older code upgraded
     path = common.table_path(conf, "crawldb")
     meter = MemMeter(spark, names=args.job_names)
     watch_collections(meter)

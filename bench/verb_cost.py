@@ -52,8 +52,36 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children") if Path(f"/proc/{p}").exists() else ():
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, with reaped children's) of ``pid``'s process tree."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for p in process_tree(pid):
+        try:
+            f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in f[11:15])  # utime stime cutime cstime
+    return total / tick
+
+
 class Meter:
-    """Seconds, Spark jobs and time outside jobs of named steps (nested steps are counted in their parent too).
+    """Seconds, CPU seconds of the process tree (driver JVM, Python driver, Python workers), Spark jobs and
+    time outside jobs of named steps (nested steps are counted in their parent too; a step beside another
+    in a worker thread shares its CPU seconds).
 
     Steps nest per thread: a step a worker thread opens (update's MERGEs and appends run side by side)
     sits under the step its spawning thread has open, not under a sibling that happens to be open in
@@ -118,7 +146,7 @@ class Meter:
 
     @contextmanager
     def step(self, name: str):
-        first, t0, wall0 = self._next_job(), time.perf_counter(), time.time() * 1000
+        first, t0, wall0, cpu0 = self._next_job(), time.perf_counter(), time.time() * 1000, cpu_s(os.getpid())
         row = {"step": name, "depth": self._enter()}
         self.rows.append(row)
         try:
@@ -126,7 +154,7 @@ class Meter:
         finally:
             self._leave()
             last = self._next_job()
-            row.update(seconds=time.perf_counter() - t0, jobs=last - first)
+            row.update(seconds=time.perf_counter() - t0, jobs=last - first, cpu_s=cpu_s(os.getpid()) - cpu0)
             row["outside_jobs_s"] = row["seconds"] - self._busy_s(first, last, wall0)
             if self.names:
                 row["job_names"] = self._names(first, last)
@@ -310,9 +338,10 @@ def pipelined(meter: Meter, spark, conf, args, now: dt.datetime) -> list[dict]:
 
 
 def report(rows: list[dict]) -> str:
-    lines = [f"{'step':<44} {'seconds':>8} {'jobs':>5} {'outside jobs s':>14}"]
+    lines = [f"{'step':<44} {'seconds':>8} {'cpu s':>6} {'jobs':>5} {'outside jobs s':>14}"]
     for r in rows:
-        lines.append(f"{'  ' * r['depth'] + r['step']:<44} {r['seconds']:>8.2f} {r['jobs']:>5} {r['outside_jobs_s']:>14.2f}")
+        lines.append(f"{'  ' * r['depth'] + r['step']:<44} {r['seconds']:>8.2f} {r['cpu_s']:>6.2f} {r['jobs']:>5} "
+                     f"{r['outside_jobs_s']:>14.2f}")
         if r.get("job_names") and r["jobs"] >= 3:
             lines += [f"{'  ' * r['depth']}    {n:>3} x {name}" for name, n in list(r["job_names"].items())[:4]]
     return "\n".join(lines)
@@ -394,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
                   "update N runs beside fetch N+1")
     for i in range(len(top) if args.pipeline else 0, len(top) - 1, 2):
         print(f"round {i // 2 + 1}: generate + update = {top[i]['seconds']:.1f} + {top[i + 1]['seconds']:.1f} = "
-              f"{top[i]['seconds'] + top[i + 1]['seconds']:.1f}s ({top[i]['jobs'] + top[i + 1]['jobs']} jobs)")
+              f"{top[i]['seconds'] + top[i + 1]['seconds']:.1f}s ({top[i]['jobs'] + top[i + 1]['jobs']} jobs; "
+              f"CPU s of the process tree {top[i]['cpu_s']:.1f} + {top[i + 1]['cpu_s']:.1f})")
     if args.json:
         Path(args.json).write_text(json.dumps({"start_s": start_s, "steps": meter.rows, "rounds": results}, indent=1))
     return 0

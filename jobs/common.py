@@ -234,6 +234,9 @@ def error_hint(e: BaseException) -> str:
     if any(n in type(e).__name__ or n in line for n in _CONFLICT_NAMES) or "DELTA_CONCURRENT" in line:
         return ("another writer committed to the same table meanwhile (run one deltacrawl per storage.root); "
                 "nothing of the failed step was committed: rerun the same command to resume the round")
+    if "A schema mismatch detected when writing to the Delta table" in line or "DELTA_0007" in line:
+        return ("the tables predate this deltacrawl (a column was added since): run `deltacrawl init`, which adds "
+                "it and loses nothing, then rerun the same command to resume")
     if "JAVA_GATEWAY_EXITED" in line or "Java gateway process exited" in line:
         return "the JVM did not start: check Java (17+), spark.* settings and the output above"
     if isinstance(e, OSError) or any(s in line for s in ("IOException", "AccessDenied", "Permission denied",

@@ -76,21 +76,35 @@ def in_sample(url_fp_sql: str, threshold_sql: str) -> str:
     return f"(({url_fp_sql}) & {SAMPLE_SPAN - 1}) < coalesce({threshold_sql}, {SAMPLE_SPAN})"
 
 
-def learning_hosts(fetch_output: Rel, hosts: Rel, *, sample_pages: int) -> Rel:
-    """As :func:`jobs.pattern_transforms.learning_hosts`: (host, threshold)."""
+def learning_hosts(fetch_output: Rel, fetch_list: Rel, hosts: Rel, *, sample_pages: int) -> Rel:
+    """As :func:`jobs.pattern_transforms.learning_hosts`: (host, threshold). ``hosts`` needs only the rows
+    of :func:`unlisted_hosts` (the driver reads no others)."""
     at = "CAST([" + ", ".join(str(b) for b in RELEARN_AT) + "] AS BIGINT[])"
     return query(f"""
         WITH r AS (
             SELECT host, CAST(sum(CASE WHEN kind = 'page' AND status_code IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT)
                    AS _responses
             FROM $fetch_output WHERE host IS NOT NULL GROUP BY host),
-        j AS (
-            SELECT r.host, h.pages_fetched, coalesce(h.pages_fetched, 0) AS _before,
-                   coalesce(h.pages_fetched, 0) + r._responses AS _after
-            FROM r LEFT JOIN (SELECT host, pages_fetched FROM $hosts) h ON r.host = h.host)
+        l AS (SELECT host, max(pages_fetched) AS _listed FROM $fetch_list GROUP BY host),
+        j0 AS (
+            SELECT r.host, r._responses, coalesce(l._listed, h.pages_fetched) AS pages_fetched
+            FROM r LEFT JOIN l ON r.host = l.host
+                   LEFT JOIN (SELECT host, pages_fetched FROM $hosts) h ON r.host = h.host AND l._listed IS NULL),
+        j AS (SELECT host, pages_fetched, coalesce(pages_fetched, 0) AS _before,
+                     coalesce(pages_fetched, 0) + _responses AS _after FROM j0)
         SELECT host, {sample_threshold('pages_fetched', sample_pages)} AS threshold FROM j
         WHERE len(list_filter({at}, lambda b: b > _before AND b <= _after)) > 0""",
-                 fetch_output=fetch_output, hosts=hosts)
+                 fetch_output=fetch_output, fetch_list=fetch_list, hosts=hosts)
+
+
+def unlisted_hosts(fetch_output: Rel, fetch_list: Rel) -> Rel:
+    """``host`` of the round's rows whose fetched pages the fetch list does not carry (a round listed before
+    ``fetch_list.pages_fetched`` existed): the only ``hosts`` rows :func:`learning_hosts` reads."""
+    return query("""
+        SELECT DISTINCT o.host FROM $fetch_output o
+        WHERE o.host IS NOT NULL AND o.host NOT IN (
+            SELECT host FROM $fetch_list GROUP BY host HAVING max(pages_fetched) IS NOT NULL)""",
+                 fetch_output=fetch_output, fetch_list=fetch_list)
 
 
 def stored_pages(crawldb: Rel, updated: Rel, learning: Rel) -> Rel:

@@ -189,6 +189,7 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
 
     return (chosen.withColumn("partition", partition_of(F.coalesce(F.col("ip"), F.col("host")), n_partitions))
             .withColumn("has_host_row", F.col("has_host_row").isNotNull())
+            .withColumn("pages_fetched", F.coalesce(F.col("pages_fetched"), F.lit(0).cast("long")))
             .select(*LIST_COLUMNS, "discovery", "ip", "has_host_row"))
 
 

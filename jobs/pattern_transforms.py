@@ -4,7 +4,7 @@ DataFrames in, DataFrames out, plain values as parameters (STYLE.md rule 2). ``j
 runs them with ``dedup.learn_patterns`` on, after the round's duplicates are marked (exact and,
 with ``dedup.near_duplicates``, near), for the hosts of the round only:
 
-    learning_hosts(fetch_output, hosts, sample_pages=)
+    learning_hosts(fetch_output, fetch_list, hosts, sample_pages=)
                                           the round's hosts whose evidence grew enough, their samples
     stored_pages(crawldb, updated, learning)
                                           those hosts' pages as this round leaves them, sampled
@@ -26,12 +26,12 @@ values among its duplicates (a session id, ``ref=front`` and ``ref=home``): when
 carries the evidence (``?page=1``) only ``?page=1`` is learnt, not ``?page``, so the other pages
 of a paginated list stay crawlable. A ``?name=value`` rule under a learnt ``?name`` is dropped.
 
-Rules are recomputed in a round where the host's fetched pages (``hosts.pages_fetched``, plus the
-round's responses) pass one of :data:`RELEARN_AT` (every count up to 10, then each ~10 % above the
-last): so they follow the evidence, and a round re-reads a host in proportion to what it added to
-it, not to its size (a host of 100,000 pages is learnt again after ~10,000 more, a new host after
-each page). The other hosts keep their rules. The pages a rule skips are not fetched again, so the
-evidence of a rule stays.
+Rules are recomputed in a round where the host's fetched pages (``hosts.pages_fetched`` as the round's
+fetch list carries it, :func:`listed_pages`, plus the round's responses) pass one of
+:data:`RELEARN_AT` (every count up to 10, then each ~10 % above the last): so they follow the
+evidence, and a round re-reads a host in proportion to what it added to it, not to its size (a host
+of 100,000 pages is learnt again after ~10,000 more, a new host after each page). The other hosts
+keep their rules. The pages a rule skips are not fetched again, so the evidence of a rule stays.
 
 **A sample, not the whole host.** The pages counted are the host's stored pages whose ``url_fp``
 falls in its sample (:func:`in_sample`): every page while the host has fetched at most
@@ -79,9 +79,10 @@ SAMPLE_SPAN = 1 << SAMPLE_BITS
 RELEARN_AT = tuple(sorted({math.ceil(1.1 ** k) for k in range(440)}))
 
 
-def learning_hosts(fetch_output: DataFrame, hosts: DataFrame, *, sample_pages: int) -> DataFrame:
+def learning_hosts(fetch_output: DataFrame, fetch_list: DataFrame, hosts: DataFrame, *,
+                   sample_pages: int) -> DataFrame:
     """(host, threshold): the hosts of the round's rows whose fetched pages pass a :data:`RELEARN_AT` count
-    this round (``hosts.pages_fetched`` before, null 0, plus the round's page rows with a response), with
+    this round (:func:`listed_pages` before, null 0, plus the round's page rows with a response), with
     their :func:`sample_threshold` (``hosts``: the pre-round rows)."""
     responses = F.when((F.col("kind") == "page") & F.col("status_code").isNotNull(), 1).otherwise(0)
     round_hosts = (fetch_output.where(F.col("host").isNotNull()).groupBy("host")
@@ -89,8 +90,22 @@ def learning_hosts(fetch_output: DataFrame, hosts: DataFrame, *, sample_pages: i
     before = F.coalesce(F.col("pages_fetched"), F.lit(0).cast("long"))
     after = before + F.col("_responses")
     passes = F.exists(F.array(*[F.lit(b).cast("long") for b in RELEARN_AT]), lambda b: (b > before) & (b <= after))
-    return (round_hosts.join(touching(hosts, round_hosts, "host").select("host", "pages_fetched"), "host", "left")
+    return (round_hosts.join(listed_pages(round_hosts, fetch_list, hosts), "host", "left")
             .where(passes).select("host", sample_threshold(F.col("pages_fetched"), sample_pages).alias("threshold")))
+
+
+def listed_pages(round_hosts: DataFrame, fetch_list: DataFrame, hosts: DataFrame) -> DataFrame:
+    """(host, pages_fetched) of ``round_hosts``' hosts: the value the round's fetch list carries
+    (``hosts.pages_fetched`` when generate listed it, so update reads no ``hosts`` row for it), else,
+    for a host the list holds no value of (a round listed before the column existed), the pre-round
+    ``hosts`` row's. Generate lists a pipelined round from ``hosts`` as the pending update will leave
+    them (``jobs/pending_round.hosts_after``), so the listed count is the pre-round count there too."""
+    listed = fetch_list.groupBy("host").agg(F.max("pages_fetched").alias("_listed"))
+    wanted = round_hosts.select("host").join(listed, "host", "left")
+    lacking = wanted.where(F.col("_listed").isNull()).select("host")
+    stored = touching(hosts, lacking, "host").select("host", F.col("pages_fetched").alias("_stored"))
+    return (wanted.join(stored, "host", "left")
+            .select("host", F.coalesce(F.col("_listed"), F.col("_stored")).alias("pages_fetched")))
 
 
 def sample_threshold(pages_fetched: Column, sample_pages: int) -> Column:

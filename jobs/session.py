@@ -21,6 +21,9 @@ from jobs import faults, object_store, spark_log
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+#: Generated classes Spark keeps compiled (``spark.sql.codegen.cache.maxEntries``, a static setting; its
+#: default 100 is under one round's distinct plans). ``spark.extra`` may override it.
+CODEGEN_CACHE_ENTRIES = 1000
 
 
 #: The oldest Java the bundled Spark runs on (Spark 4 needs 17).
@@ -76,6 +79,9 @@ def build_session(conf: Config, *, app_suffix: str = ""):
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # A round plans ~230 whole-stage and expression classes; with Spark's default of 100 cached, each
+        # round compiled nearly all of them again (Janino: ~2 CPU s a round, bench/RESULTS.md "Session 20").
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
     )
     if "spark.master" not in _submitted_conf():
         master, cores = with_spare_slots(local_master(conf.spark.master, conf.spark.local_max_failures),

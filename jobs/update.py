@@ -150,7 +150,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     budgets = (hosts, conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host)
     hosts_new = HT.exhausted_hosts(hosts_new, *budgets)[0]
     if conf.dedup.learn_patterns:  # the round's hosts' duplicate URL patterns, from their pages as left now
-        learning = P.learning_hosts(fetch_output, hosts, sample_pages=conf.dedup.pattern_sample_pages)
+        learning = P.learning_hosts(fetch_output, fetch_list, hosts, sample_pages=conf.dedup.pattern_sample_pages)
         learnt = P.learn(P.stored_pages(known, updated, learning), min_pages=conf.dedup.pattern_min_pages,
                          min_share=conf.dedup.pattern_min_share)
         hosts_new = P.with_patterns(hosts_new, learnt, learning)
@@ -255,9 +255,6 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
     try:  # the round's rows collected first: the key sets are computed from them on the driver, and each
         # crawl-DB, hosts and index read is one scan joined with a broadcast of local rows
         first = {"fetch_output": fetch_output, "fetch_list": fetch_list}
-        if conf.dedup.learn_patterns:  # the round's hosts' fetched pages: which relearn their patterns
-            first["round_hosts"] = (hosts.join(F.broadcast(fetch_output.select("host")), "host", "left_semi")
-                                    .select("host", "pages_fetched"))  # no distinct: no shuffle
         inputs = {**E.from_spark_all(con, first), "near_dup_index": None}
         fo = inputs["fetch_output"]
         index_fps = None
@@ -268,8 +265,10 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
         keys = G.Keys(**{name: E.to_spark(spark, rel, _key_schema(rel.columns[0]))
                          for name, rel in G.keys(con, fo, index_fps).items()})
         learning = None
-        if conf.dedup.learn_patterns:
-            inputs["learning"] = E.register(con, DP.learning_hosts(fo, inputs.pop("round_hosts"),
+        if conf.dedup.learn_patterns:  # which hosts relearn: by their pages_fetched as listed, else as stored
+            unlisted = E.register(con, DP.unlisted_hosts(fo, inputs["fetch_list"]), "unlisted")
+            stored = _unlisted_hosts_rows(spark, con, hosts, unlisted)
+            inputs["learning"] = E.register(con, DP.learning_hosts(fo, inputs["fetch_list"], stored,
                                                                    sample_pages=conf.dedup.pattern_sample_pages),
                                             "learning")
             learning = E.to_spark(spark, inputs["learning"], _learning_schema())
@@ -327,6 +326,18 @@ def _learning_schema():
     """``pattern_transforms.learning_hosts``' rows, as the gather's key 2 broadcasts them."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
     return StructType([StructField("host", StringType()), StructField("threshold", LongType())])
+
+
+def _unlisted_hosts_rows(spark, con, hosts, unlisted):
+    """``host``, ``pages_fetched`` of the ``hosts`` rows of ``unlisted`` (``duck_patterns.unlisted_hosts``): read
+    only for a round listed before the fetch list carried ``pages_fetched``; else no rows and no Spark job."""
+    from pyspark.sql import functions as F
+
+    from jobs import duck_engine as E
+    if not unlisted.aggregate("count(*)").fetchall()[0][0]:
+        return E.query(con, "SELECT host, NULL::BIGINT AS pages_fetched FROM {u} WHERE FALSE", u=unlisted)
+    keys = F.broadcast(E.to_spark(spark, unlisted, _key_schema("host")))
+    return E.from_spark(con, hosts.join(keys, "host", "left_semi").select("host", "pages_fetched"), "round_hosts")
 
 
 def _key_schema(column: str):

@@ -96,7 +96,8 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
     if conf.dedup.learn_patterns:  # the round's hosts' duplicate URL patterns, from their pages as left now
         learning = inputs.get("learning")  # what the gather read by (jobs.update.decide), else from ``hosts``
         if learning is None:
-            learning = keep(DP.learning_hosts(fetch_output, hosts, sample_pages=conf.dedup.pattern_sample_pages))
+            learning = keep(DP.learning_hosts(fetch_output, fetch_list, hosts,
+                                              sample_pages=conf.dedup.pattern_sample_pages))
         pages = keep(DP.stored_pages(known, updated, learning))
         missing = keep(DP.missing_counterparts(con, pages))
         if rows(missing):  # the gather holds the sampled pages; their counterparts by URL, once

@@ -217,6 +217,9 @@ FETCH_LIST = StructType([
     _f("prev_fetch_time", TimestampType(), True, ""),
     _f("url", StringType(), False, ""),
     _f("fetch_kind", StringType(), True, "crawldb.fetch_kind: 'sitemap' or null (a page)"),
+    _f("pages_fetched", LongType(), True,
+       "hosts.pages_fetched of the URL's host as listed (0 without a hosts row): which hosts update relearns "
+       "(jobs/pattern_transforms.learning_hosts); null in rounds listed before the column existed"),
 ])
 
 #: The round's fetch output (segment): one "page" row per fetch-list URL, one "host" row per host

@@ -16,9 +16,11 @@ def spark():
     from crawl_udfs import config
     from jobs.session import build_session
 
+    options = f"{config.load().spark.driver_java_options} -Ddeltacrawl.suite=1".strip()
     conf = config.load(overrides=["spark.master=local[2]", "spark.shuffle_partitions=4", "spark.driver_memory=3g",
-                                  # a marker the suite's JVM must carry (test_errors: the key reaches the JVM)
-                                  "spark.driver_java_options=-Ddeltacrawl.suite=1"])
+                                  # the default's options and a marker the suite's JVM must carry (test_errors:
+                                  # the key reaches the JVM)
+                                  f"spark.driver_java_options={options}"])
     session = build_session(conf, app_suffix="tests")
     yield session
     session.stop()

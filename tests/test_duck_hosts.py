@@ -64,11 +64,12 @@ def _plan_inputs(spark, tmp_path, conf, olds, hosts, rows, *, listed=(), round_n
         return df
     crawldb, hosts = TU.frame(spark, olds, CRAWLDB), TU.frame(spark, hosts, HOSTS)
     fetch_output = TU.frame(spark, rows, FETCH_OUTPUT)
-    p = update.plan(crawldb, hosts, fetch_output, TU.frame(spark, list(listed), FETCH_LIST), conf,
+    fetch_list = TU.frame(spark, list(listed), FETCH_LIST)
+    p = update.plan(crawldb, hosts, fetch_output, fetch_list, conf,
                     round_no=round_no, now=NOW, near_dup_index=index, keep=TU._staged_in(spark, tmp_path),
                     observe=observe)
     ins = dict(updated=p.updated, known=S.round_slice(crawldb, fetch_output).localCheckpoint(), hosts=hosts,
-               fetch_output=fetch_output, crawldb=crawldb)
+               fetch_output=fetch_output, fetch_list=fetch_list, crawldb=crawldb)
     if "near_duplicates" in seen:
         ins["near"] = seen["near_duplicates"]
     return ins, p
@@ -102,8 +103,8 @@ def _compare_chain(spark, ins: dict, conf, *, round_no: int = 1) -> dict:
     if conf.dedup.learn_patterns:
         dd = conf.dedup
         sample = dd.pattern_sample_pages
-        s["learning"] = P.learning_hosts(ins["fetch_output"], ins["hosts"], sample_pages=sample)
-        k["learning"] = DP.learning_hosts(d["fetch_output"], d["hosts"], sample_pages=sample)
+        s["learning"] = P.learning_hosts(ins["fetch_output"], ins["fetch_list"], ins["hosts"], sample_pages=sample)
+        k["learning"] = DP.learning_hosts(d["fetch_output"], d["fetch_list"], d["hosts"], sample_pages=sample)
         s["pages"] = P.stored_pages(ins["known"], ins["updated"], s["learning"])
         k["pages"] = DP.stored_pages(d["known"], d["updated"], k["learning"])
         s["learnt"] = P.learn(s["pages"], min_pages=dd.pattern_min_pages, min_share=dd.pattern_min_share)
@@ -292,7 +293,8 @@ def _learning(spark, hosts, sample: int):
     from tests.test_update import page
     fo = spark.createDataFrame([page(f"http://{r.host}/z{i}", "ok", status_code=200)
                                 for r in hosts.collect() for i in range(10)], FETCH_OUTPUT)
-    learning = P.learning_hosts(fo, hosts, sample_pages=sample).localCheckpoint()
+    unlisted = spark.createDataFrame([], FETCH_LIST)  # a list without pages_fetched: the hosts rows' count
+    learning = P.learning_hosts(fo, unlisted, hosts, sample_pages=sample).localCheckpoint()
     assert learning.count() == hosts.count()
     return learning
 
@@ -310,13 +312,30 @@ def test_a_host_learns_again_when_its_fetched_pages_pass_a_count(spark):
     rows = [page(f"http://{h}/p{i}", "ok", status_code=200) for h, n in responses.items() for i in range(n)]
     rows += [page("http://quiet.test/x", "deferred"), dict(round=1, partition=0, kind="host", host="quiet.test")]
     fo = spark.createDataFrame(rows, FETCH_OUTPUT)
-    got = P.learning_hosts(fo, hosts, sample_pages=1000)
+    unlisted = spark.createDataFrame([], FETCH_LIST)  # listed before fetch_list.pages_fetched: hosts' rows count
+    got = P.learning_hosts(fo, unlisted, hosts, sample_pages=1000)
     con = connect()
-    d = duck_inputs(con, fo=fo, hosts=hosts)
-    assert_same(got, DP.learning_hosts(d["fo"], d["hosts"], sample_pages=1000))
+    d = duck_inputs(con, fo=fo, fl=unlisted, hosts=hosts)
+    assert_same(got, DP.learning_hosts(d["fo"], d["fl"], d["hosts"], sample_pages=1000))
     # 40 -> 41 passes no count (38, 42); 100,000 -> 100,500 none (~10 % steps); 12 -> 12 none
     assert {r.host: r.threshold for r in got.collect()} == {
         "new.test": P.SAMPLE_SPAN, "small.test": P.SAMPLE_SPAN, "bigger.test": P.SAMPLE_SPAN * 1000 // 100_000}
+    # The fetch list's count wins over the hosts row's (generate listed the round with it; update reads no
+    # hosts row for it): mid.test listed at 41 passes 42, big.test listed at 2,000 samples by it; a host the
+    # list holds without a count (quiet.test, as an older round) falls back to its hosts row.
+    as_listed = {"new.test": 0, "small.test": 7, "mid.test": 41, "big.test": 2_000, "bigger.test": 100_000,
+                 "quiet.test": None}
+    fl = TU.frame(spark, [dict(TU.listed(f"http://{h}/"), pages_fetched=n) for h, n in as_listed.items()], FETCH_LIST)
+    by_list = P.learning_hosts(fo, fl, hosts, sample_pages=1000)
+    d = duck_inputs(con, fo=fo, fl=fl, hosts=hosts)
+    assert_same(by_list, DP.learning_hosts(d["fo"], d["fl"], d["hosts"], sample_pages=1000))
+    assert {r.host: r.threshold for r in by_list.collect()} == {
+        "new.test": P.SAMPLE_SPAN, "small.test": P.SAMPLE_SPAN, "mid.test": P.SAMPLE_SPAN,
+        "big.test": P.SAMPLE_SPAN * 1000 // 2_000, "bigger.test": P.SAMPLE_SPAN * 1000 // 100_000}
+    assert DP.unlisted_hosts(d["fo"], d["fl"]).fetchall() == [("quiet.test",)]
+    # the driver reads only those hosts rows: the others' stand-ins change nothing
+    d = duck_inputs(con, fo=fo, fl=fl, hosts=hosts.where("host = 'quiet.test'"))
+    assert_same(by_list, DP.learning_hosts(d["fo"], d["fl"], d["hosts"], sample_pages=1000))
     # a host that learns nothing loses its rules; one that does not learn keeps them
     rule = [dict(pattern="/print/", kind="prefix", pages=9, dup_share=1.0)]
     hosts_new = spark.createDataFrame([host_row(h, dup_patterns=rule) for h in ("big.test", "bigger.test")], HOSTS)

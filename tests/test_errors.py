@@ -145,6 +145,10 @@ def test_commit_conflict_and_java_errors_read_as_one_line_with_a_remedy():
     assert "storage" in error_hint(e)
     assert "storage" in error_hint(PermissionError(13, "Permission denied"))
     assert "--debug" in error_hint(ValueError("something else"))
+    # a write to a table older than the code (the message Delta 4.0 gave for fetch_list.pages_fetched)
+    old = Exception("[_LEGACY_ERROR_TEMP_DELTA_0007] A schema mismatch detected when writing to the Delta table "
+                    "(Table ID: 5bea72bd).\nTo enable schema migration using DataFrameWriter ...")
+    assert "deltacrawl init" in error_hint(old) and "rerun" in error_hint(old)
 
 
 def test_local_master_gets_task_retries():
@@ -178,8 +182,14 @@ def test_the_driver_jvm_deltacrawl_starts_gets_its_java_options(spark):
     """``spark.driver_java_options`` reaches the JVM the launcher starts (the suite's session is one: its
     conftest sets a marker), and a value that is not one line of text is refused with the key named."""
     from crawl_udfs import config
-    assert config.load().spark.driver_java_options == ""  # the default: the JVM's own (bench/RESULTS.md, "C1 driver")
-    args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
-    assert "-Ddeltacrawl.suite=1" in args, args
+    from jobs.session import CODEGEN_CACHE_ENTRIES
+    # the default: the parallel collector (bench/RESULTS.md, "Session 20"), which the suite's session keeps
+    assert config.load().spark.driver_java_options == "-XX:+UseParallelGC"
+    mf = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    args = list(mf.getRuntimeMXBean().getInputArguments())
+    assert "-Ddeltacrawl.suite=1" in args and "-XX:+UseParallelGC" in args, args
+    assert {str(gc.getName()) for gc in mf.getGarbageCollectorMXBeans()} == {"PS MarkSweep", "PS Scavenge"}
+    # and the session keeps a round's generated classes compiled (jobs/session.py)
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == str(CODEGEN_CACHE_ENTRIES)
     with pytest.raises(config.ConfigError, match="spark.driver_java_options"):
         config.load(overrides=["spark.driver_java_options=3"])
