@@ -362,10 +362,12 @@ def test_worker_death_is_retried_politely_and_the_crawl_continues(chain):
     assert "round 1: updating it before round 2 resumes" in r["out"]
     assert "round 2: updating beside the fetch of round 3" in r["out"]
     assert "2 round(s) completed" in r["out"]
-    out2 = chain.table("fetch_output").where(f"round = {w} AND kind = 'page'")
+    # A worker dies 0.8 s into each fetch task, so a retried attempt's rows are in the rounds this run
+    # fetched: round w, unless its tasks (a resumed round 2 of few URLs) ended sooner, then round 3
+    out2 = chain.table("fetch_output").where(f"round >= {w} AND kind = 'page'")
     staging = {x[0] for x in out2.select("warc_staging").where("warc_staging IS NOT NULL").collect()}
-    assert any(s.endswith("-a1") for s in staging), f"no round {w} row from a retried attempt: {staging}"
-    # the dead attempts had sent requests: the same page was requested twice in round w
+    assert any(s.endswith("-a1") for s in staging), f"no row of rounds {w}-3 from a retried attempt: {staging}"
+    # the dead attempts had sent requests: the same page was requested twice in rounds w-3
     fl2 = chain.table("fetch_log").where(f"round = {w}")
     urls2 = {x[0] for x in fl2.select("url").collect()}
     paths = [(x["host"], x["path"]) for x in r["requests"]]  # round 1 needed none: it was fetched
