@@ -244,8 +244,6 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
     """The driver engine: Spark gathers the keyed rows (``jobs/update_gather.py``, one crawl-DB scan), DuckDB
     decides (``jobs/update_decide.py``). The MERGE and append sources as Arrow tables of their schemas, by
     name (``crawldb_source``, ``fetch_log``, ``links``, ``hosts``, and ``near_dup_index`` when on), counted."""
-    from pyspark.sql import functions as F
-
     from jobs import duck_engine as E
     from jobs import duck_patterns as DP
     from jobs import update_decide
