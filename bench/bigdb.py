@@ -354,7 +354,7 @@ def summary(paths: list[str]) -> str:
     """A Markdown table of ``run --json`` files: per layout and round, the verbs' figures (wall s, CPU s
     of the process tree, Spark jobs; update's crawl-DB gather, decisions and MERGEs in CPU s)."""
     head = ("| rows | layout | round | generate s (cpu) / jobs | update s (cpu) / jobs | gather scan cpu "
-            "| decide cpu (gather incl.) | MERGE crawldb / hosts cpu | JVM heap / old gen / RSS peak MiB | Python RSS peak MiB "
+            "| decide cpu (gather incl.) | crawl-DB write / hosts MERGE cpu | JVM heap / old gen / RSS peak MiB | Python RSS peak MiB "
             "| gathered crawl-DB rows (MiB) | URL-SEEN s (cpu) / jobs | known_fps: hosts, fps, largest host, MiB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for path in paths:
@@ -375,8 +375,9 @@ def summary(paths: list[str]) -> str:
             scan = cpu("duck_engine.from_spark_all", lambda rows: rows[-1])  # the crawl DB's, hosts' side by side
             if scan == "-":  # runs before the gather's collects went side by side
                 scan = cpu("duck_engine.from_spark", lambda rows: max(rows[:4], key=lambda r: r["cpu_s"]))
-            merges = " / ".join(cpu(f"update_commit.{n}") if cpu(f"update_commit.{n}") != "-" else cpu(f"update._{n}")
-                                for n in ("merge_crawldb", "merge_hosts"))
+            def write(*names: str) -> str:  # the step's name in the run's code (the crawl DB's was a MERGE before)
+                return next((c for n in names for c in (cpu(f"update_commit.{n}"), cpu(f"update._{n}")) if c != "-"), "-")
+            merges = f"{write('replace_crawldb', 'merge_crawldb')} / {write('merge_hosts')}"
             gathered = next((x for x in u.get("to_arrow", []) if x[0] in ("crawldb", "39 cols")),  # the crawl DB's width
                             ("-", 0, "-"))
             seen, peak = rnd["url_seen"], {key: max(g[key], u[key]) for key in

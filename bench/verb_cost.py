@@ -186,7 +186,7 @@ def instrument(meter: Meter) -> None:
 
     for mod, names in ((ledger, ("step", "set_state")), (resolve, ("run",)), (common, ("version",)),
                        (update, ("plan", "_staged", "_remove", "decide", "_staged_arrow")),
-                       (update_commit, ("merge_crawldb", "merge_hosts", "append")),
+                       (update_commit, ("replace_crawldb", "merge_hosts", "append")),
                        (duck_engine, ("from_spark", "from_spark_all", "to_spark")),  # the driver engine's Arrow crossings
                        (update_decide, ("plan",))):
         for n in names:

@@ -1,7 +1,7 @@
 """Update's outputs on the driver (DuckDB): sitemap due rows, the merge source, the round's appends.
 
 The DuckDB twins (``jobs/duck_engine.py``) of ``jobs.sitemap_transforms.robots_refresh``/``lastmod_due``/
-``_due`` and ``jobs.update_transforms.merge_source``/``fetch_log_rows``/``link_rows``: same names, a
+``_due`` and ``jobs.update_transforms.merge_source``/``whole_rows``/``fetch_log_rows``/``link_rows``: same names, a
 connection ``con`` first, relations in the place of DataFrames, the Spark twin's output columns, order
 and types (``tests/test_duck_outputs.py``); FETCH_LOG, LINKS and CRAWLDB (+ ``_kind``, ``_was``)
 exactly, by :func:`jobs.duck_engine.sql_type` of ``schemas/tables.py``.
@@ -14,6 +14,8 @@ Crawl-DB rows each function reads (``known``: what the engine's gather must fetc
   rows (a sitemap URL is on its host, ``robots_sitemaps``).
 - :func:`lastmod_due`: the rows whose ``url_fp`` is an outlink target of a round page (by URL):
   ``url_fp``, ``host``, ``status``, ``last_fetch_time``, ``next_fetch_time``.
+- :func:`whole_rows`: the rows of the merge source's known URLs, every column (the gather's key 1 holds
+  those of the round's URLs, outlink targets and sitemaps; ``more("repoint")`` those of re-pointed copies).
 - :func:`merge_source`, :func:`fetch_log_rows`, :func:`link_rows`: none (the round's rows only).
 """
 
@@ -25,7 +27,7 @@ from crawl_udfs.sitemaps import SITEMAP, URL_KIND
 from jobs.duck_discover import Rel, edges, query, sql_list
 from jobs.duck_engine import XXHASH64, literal, sql_type, ts
 from jobs.sitemap_transforms import REFRESHED
-from jobs.update_transforms import BUDGET_ERROR_PREFIX, CAT, CHANGED, KEEP, WAS
+from jobs.update_transforms import BUDGET_ERROR_PREFIX, CAT, CHANGED, KEEP, PARTIAL, WAS, whole_kinds
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
 
@@ -121,6 +123,25 @@ def merge_source(con, updated: Rel, new: Rel, budget: Rel, exhausted: Rel, repoi
         SELECT {cols}, one._kind AS _kind, one."{WAS}" AS "{WAS}"
         FROM one LEFT JOIN (SELECT host, budget_reason AS _ex FROM {{exhausted}}) ex ON one.host = ex.host""",
                  exhausted=exhausted, **rels)
+
+
+def whole_rows(con, source: Rel, crawldb: Rel) -> Rel:
+    """As ``jobs.update_transforms.whole_rows``: ``source``'s rows whole, each column by ``whole_kinds`` from
+    the URL's row in ``crawldb`` (the rows read whole: those with ``fetch_count``, NOT NULL in the table),
+    else from the source; a partial kind's row of a URL ``crawldb`` lacks is dropped."""
+    names = set(CRAWLDB.fieldNames())
+
+    def col(c: str) -> str:
+        if c not in names or c == "url_fp":
+            return f's."{c}"'
+        return f'CASE WHEN b.url_fp IS NOT NULL AND s._kind IN {sql_list(whole_kinds(c))} THEN b."{c}" ELSE s."{c}" END'
+    return query(con, f"""
+        WITH base AS (
+            SELECT * FROM {{crawldb}} WHERE fetch_count IS NOT NULL AND url_fp IN (SELECT url_fp FROM {{source}})
+            QUALIFY row_number() OVER (PARTITION BY url_fp) = 1)
+        SELECT {", ".join(f'{col(c)} AS "{c}"' for c in source.columns)}
+        FROM {{source}} s LEFT JOIN base b ON s.url_fp = b.url_fp
+        WHERE b.url_fp IS NOT NULL OR s._kind NOT IN {sql_list(tuple(PARTIAL))}""", source=source, crawldb=crawldb)
 
 
 # -- the round's appends (jobs/update_transforms.py) ------------------------------------------------------

@@ -138,11 +138,12 @@ REPOINT_COLUMNS = ("url_fp", "host", "status", "dup_of", "canonical_fp", "http_s
                    "warc_fetch_time", "first_seen")
 
 
-def stored_rows(crawldb: DataFrame, gone: DataFrame) -> DataFrame:
+def stored_rows(crawldb: DataFrame, gone: DataFrame, columns=REPOINT_COLUMNS) -> DataFrame:
     """The crawl-DB rows :func:`repoint` reads: those whose ``url_fp`` or ``dup_of`` is a ``url_fp`` of ``gone``,
-    in :data:`REPOINT_COLUMNS` (also what the driver engine gathers for it: ``jobs/update_gather.py``)."""
+    in ``columns`` (:data:`REPOINT_COLUMNS` at least; the driver engine gathers every column, the re-pointed
+    rows being written whole: ``jobs/update_gather.py``)."""
     keys = F.broadcast(gone.select(F.col("url_fp").alias("_k")).distinct())
-    return (crawldb.select(*REPOINT_COLUMNS, F.explode(F.array("url_fp", "dup_of")).alias("_k"))
+    return (crawldb.select(*columns, F.explode(F.array("url_fp", "dup_of")).alias("_k"))
             .join(keys, "_k", "left_semi").drop("_k").dropDuplicates(["url_fp"]))
 
 

@@ -1,7 +1,7 @@
 """``deltacrawl update``: merge one fetched round into ``crawldb`` and ``hosts``, append its log.
 
-Only this verb changes ``crawldb`` (besides inject's insert-if-absent), and only
-by MERGE. Round N is updated when the ledger says ``fetched``; ``updated``
+Only this verb changes ``crawldb`` (besides inject's insert-if-absent and link importance): it
+replaces the rows of the round's URLs. Round N is updated when the ledger says ``fetched``; ``updated``
 returns ``{"skipped": True}``; ``generated``/``fetching`` is refused.
 
 Inputs: round N's ``fetch_output`` (one ``page`` row per fetch-list URL, one per
@@ -15,22 +15,23 @@ Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms
 (1. then 2. in one thread, 3. beside them in another: each write is guarded on its own,
 :func:`jobs.update_commit.commit`):
 
-1. ONE MERGE into ``crawldb`` on ``url_fp``; source = updated rows ∪ new URLs ∪
-   budget rows, one row per url_fp (updated > new > budget), flag ``_kind``:
-   whenMatched(``_kind`` in update/budget AND ``t.updated_round < N``) → update
-   all; whenMatched(``_kind`` = repoint AND the same guard) → status, dup_of,
-   updated_round; whenMatched(``_kind`` = due AND the same guard) → next_fetch_time, updated_round
-   (a sitemap's lastmod or a robots.txt refresh: ``jobs/sitemap_transforms.py``); whenMatched(``_kind`` = moved AND
-   the same guard) → score, the change history, updated_round (a 301/308 to a known URL:
-   ``update_transforms.moved_to_known``); whenNotMatched(``_kind`` in update/new) → insert.
+1. The round's ``crawldb`` rows replaced, in one commit (``update_commit.replace_crawldb``); source =
+   updated rows ∪ new URLs ∪ budget rows ∪ re-pointed copies ∪ due URLs ∪ moved-to URLs, one row per
+   url_fp (update > repoint > new > budget > due > moved), flag ``_kind``, each made the whole row
+   written (``update_transforms.whole_rows``): an update or budget row as decided; a ``repoint`` row
+   sets status, dup_of, updated_round; a ``due`` row next_fetch_time, updated_round (a sitemap's
+   lastmod or a robots.txt refresh: ``jobs/sitemap_transforms.py``); a ``moved`` row score, the change
+   history, updated_round (a 301/308 to a known URL: ``update_transforms.moved_to_known``); the rest of
+   a known URL's row, and its ``importance`` always, as read. A new URL is inserted; a partial row of
+   a URL the crawl DB lacks is dropped. ``txnAppId = deltacrawl-update-crawldb``, ``txnVersion = N``.
 2. MERGE into ``hosts`` on ``host``, guarded by ``t.updated_round < N``.
 3. Appends to ``fetch_log`` and ``links`` (and ``near_dup_index`` with ``dedup.near_duplicates``) with
    ``txnAppId = deltacrawl-update-<table>``, ``txnVersion = N``: a rerun of round N appends nothing.
 4. Ledger N ``updated`` with its counters (``schemas/counters.py``, verb update) and ``seconds.update`` (and
    ``seconds.round`` when ``rounds.crawl`` passes the round's start).
 5. When N is a multiple of ``importance.every_rounds``: link importance recomputed
-   (``jobs/importance.py``, its own MERGE of ``crawldb.importance``, a column the MERGE of step 1
-   never rewrites). After the ledger write, so a crash there costs one refresh, not the round.
+   (``jobs/importance.py``, its own MERGE of ``crawldb.importance``, a column step 1 writes back as
+   read). After the ledger write, so a crash there costs one refresh, not the round.
 
 The state-transition table (which outcome moves a URL to which status, and when it is due
 again), what "changed" means, the schedule, exact and near duplicates, originals that go, URL
@@ -160,7 +161,8 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     # job to know); else the slice, where an empty set of hosts finds no row either
     budget = HT.budget_rows(known if reached.isEmpty() else crawldb, reached, round_no=round_no)
     moved = T.moved_to_known(prepared, known, round_no=round_no)  # a 301/308 to a known URL: score, history
-    source = T.merge_source(updated, new, budget, exhausted, repointed, due, moved)  # computed once, by its staging write
+    # computed once, by its staging write; whole rows from the crawl DB as read (one more scan, keyed)
+    source = T.whole_rows(T.merge_source(updated, new, budget, exhausted, repointed, due, moved), crawldb)
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
                 links=T.link_rows(prepared, round_no=round_no), near_dup_index=index_rows)

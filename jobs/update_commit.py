@@ -1,5 +1,5 @@
-"""Update's writes of one round (``jobs/update.py`` says what each holds): the crawl-DB and hosts MERGEs
-and the appends, each guarded so that a rerun of round N writes nothing twice, and tagged
+"""Update's writes of one round (``jobs/update.py`` says what each holds): the crawl-DB rows replaced, the
+hosts MERGE and the appends, each guarded so that a rerun of round N writes nothing twice, and tagged
 ``deltacrawl update round N``."""
 
 from __future__ import annotations
@@ -8,23 +8,23 @@ from typing import Any
 
 from crawl_udfs.config import Config
 from jobs import common, faults
-from jobs import update_transforms as T
-from schemas.tables import CRAWLDB, HOSTS, TABLES
+from schemas.tables import HOSTS, TABLES
 
 _META = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 def commit(spark, conf: Config, staged: dict[str, Any], n: int, tag: str) -> None:
-    """The round's writes: the two MERGEs in one thread, the appends beside them in another.
+    """The round's writes: the crawl-DB replace and the hosts MERGE in one thread, the appends beside them
+    in another.
 
-    Each write is guarded on its own (``updated_round < N``, ``txnVersion = N``), so their order does not
+    Each write is guarded on its own (``txnVersion = N``, ``updated_round < N``), so their order does not
     matter to a rerun, and each is a different table: the appends (small jobs, mostly the driver's Delta
     commit work) overlap the MERGEs instead of following them (measured: bench/verb_cost.py, RESULTS.md
     "Session 18"). The commit tag is set once for both threads (session settings are the session's)."""
     from concurrent.futures import ThreadPoolExecutor
 
     def merges():
-        merge_crawldb(spark, conf, staged["crawldb_source"], n, tag)
+        replace_crawldb(spark, conf, staged["crawldb_source"], n, tag)
         merge_hosts(spark, conf, staged["hosts"], n, tag)
 
     def appends():
@@ -42,30 +42,38 @@ def commit(spark, conf: Config, staged: dict[str, Any], n: int, tag: str) -> Non
 
 
 def _tagged(spark, tag: str):
-    """The MERGE commits carry ``tag``; their sources are staged files (:func:`jobs.update._staged`), never
+    """The commits carry ``tag``; the MERGE sources are staged files (:func:`jobs.update._staged`), never
     copied again."""
     return common.session_conf(spark, {_META: tag, **common.STABLE_MERGE_SOURCE})
 
 
-#: Crawl-DB columns update never rewrites on a known URL (another step owns them; a new URL starts null).
-NOT_UPDATED = ("importance",)  # jobs/importance.py
+#: Delta's check that every row an overwrite with ``replaceWhere`` writes satisfies the predicate: it
+#: evaluates the predicate's ``IN`` list on each written row (8.7 s against 2.7 for a round of 38,000 keys,
+#: bench/RESULTS.md "Session 21"); the rows are the predicate's keys by construction.
+_NO_REPLACE_CHECK = {"spark.databricks.delta.replaceWhere.constraintCheck.enabled": "false"}
 
 
-def merge_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
-    cols = {f.name: f"s.`{f.name}`" for f in CRAWLDB.fields}
-    owned = {c: v for c, v in cols.items() if c not in NOT_UPDATED}
-    with _tagged(spark, tag):  # tagged by the caller too: nesting keeps the same values
-        source = source.repartition(spark.sparkContext.defaultParallelism, "url_fp")
-        (common.table(spark, conf, "crawldb").alias("t").merge(source.alias("s"), "t.url_fp = s.url_fp")
-         .whenMatchedUpdate(condition=f"s._kind IN ('update', 'budget') AND t.updated_round < {n}", set=owned)
-         .whenMatchedUpdate(condition=f"s._kind = 'repoint' AND t.updated_round < {n}",
-                            set={c: f"s.`{c}`" for c in ("status", "dup_of", "updated_round")})
-         .whenMatchedUpdate(condition=f"s._kind = 'due' AND t.updated_round < {n}",
-                            set={c: f"s.`{c}`" for c in ("next_fetch_time", "updated_round")})
-         .whenMatchedUpdate(condition=f"s._kind = 'moved' AND t.updated_round < {n}",
-                            set={c: f"s.`{c}`" for c in ("score", *T.MOVED, "updated_round")})
-         .whenNotMatchedInsert(condition="s._kind IN ('update', 'new')", values=cols)
-         .execute())
+def replace_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
+    """The round's crawl-DB rows (``update_transforms.whole_rows``: whole rows, one per URL) in place of the
+    rows of their URLs, in one commit: an overwrite whose ``replaceWhere`` is ``url_fp IN`` (their keys),
+    which Delta applies as deletion vectors on the files the old rows are in, plus the new rows.
+
+    Why not a MERGE: Delta's MERGE reads every column of every file it touches to build the updated rows,
+    whatever its clauses set; a round whose URLs are spread over the crawl DB touches every file (10 M
+    rows: 35-47 CPU s against 5-9 for this, bench/RESULTS.md "Session 21"). A deletion vector's delete
+    reads the key column only. Once per round: Delta skips a write whose ``txnVersion`` it has committed,
+    and a rerun decides again from the same pinned version. The keys of new URLs are in the predicate too,
+    so a URL inserted since that version (by ``inject``) is replaced, never doubled."""
+    keys = [r[0] for r in source.select("url_fp").collect()]
+    if not keys:
+        return
+    with _tagged(spark, tag), common.session_conf(spark, _NO_REPLACE_CHECK):
+        append(conf, source, "crawldb", n, tag, replace_where=f"url_fp IN ({', '.join(map(_bigint, keys))})")
+
+
+def _bigint(v: int) -> str:
+    """A BIGINT literal of Spark SQL (its parser reads ``-9223372036854775808`` as a decimal)."""
+    return "(-9223372036854775807L - 1L)" if v == -(1 << 63) else f"{int(v)}L"
 
 
 def merge_hosts(spark, conf: Config, source, n: int, tag: str) -> None:
@@ -77,8 +85,11 @@ def merge_hosts(spark, conf: Config, source, n: int, tag: str) -> None:
          .execute())
 
 
-def append(conf: Config, df, name: str, n: int, tag: str) -> None:
-    """Append once per round: Delta skips a write whose (txnAppId, txnVersion) it has committed."""
-    (common.conform(df, TABLES[name]).write.format("delta").mode("append")
-     .option("txnAppId", f"deltacrawl-update-{name}").option("txnVersion", n).option("userMetadata", tag)
-     .save(common.table_path(conf, name)))
+def append(conf: Config, df, name: str, n: int, tag: str, *, replace_where: str | None = None) -> None:
+    """Append once per round: Delta skips a write whose (txnAppId, txnVersion) it has committed. With
+    ``replace_where``, the rows it matches are removed by the same commit."""
+    w = (common.conform(df, TABLES[name]).write.format("delta").mode("append" if replace_where is None else "overwrite")
+         .option("txnAppId", f"deltacrawl-update-{name}").option("txnVersion", n).option("userMetadata", tag))
+    if replace_where is not None:
+        w = w.option("replaceWhere", replace_where)
+    w.save(common.table_path(conf, name))

@@ -76,9 +76,11 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
         demoted = E.union_by_name(con, demoted, DX.demotions(con, updated, near))
     updated = keep(updated)
     gone = keep(DO.leaving(con, updated, demoted))
-    repointed = None
+    repointed, whole = None, known  # whole: the crawl-DB rows read whole (the re-pointed copies' too)
     if rows(gone):  # most rounds no original leaves, and nothing is re-pointed
-        decided = keep(DO.repoint(con, updated, more("repoint", gone.project("url_fp")), gone))
+        stored = keep(more("repoint", gone.project("url_fp")))
+        whole = E.union_by_name(con, known, stored)
+        decided = keep(DO.repoint(con, updated, stored, gone))
         updated = keep(DO.repointed(con, updated, decided))
         repointed = DO.repointed_rows(con, decided, round_no=round_no)
     new = DD.discover(con, prepared, known, conf.scope, duplicates=updated, follow_nofollow=conf.parse.follow_nofollow,
@@ -112,7 +114,8 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
     budget_src = more("budget", reached.project("host")) if rows(reached) else known  # none reached: no row
     budget = DH.budget_rows(budget_src, reached, round_no=round_no)
     moved = DD.moved_to_known(con, prepared, known, round_no=round_no)
-    source = DOUT.merge_source(con, updated, new, budget, exhausted, repointed, due, moved)
+    source = DOUT.whole_rows(con, DOUT.merge_source(con, updated, new, budget, exhausted, repointed, due, moved),
+                             whole)
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=DOUT.fetch_log_rows(con, prepared, updated, round_no=round_no),
                 links=DOUT.link_rows(con, prepared, round_no=round_no), near_dup_index=index_rows)

@@ -120,8 +120,9 @@ def hosts_rows(hosts: DataFrame, keys: Keys, conf: Config) -> DataFrame:
 
 def repoint_rows(crawldb: DataFrame, gone_fps: DataFrame) -> DataFrame:
     """The crawl-DB rows :func:`jobs.originals.repoint` reads for originals that left (``gone_fps``: ``url_fp``):
-    rows whose ``url_fp`` or ``dup_of`` is one of them, in :data:`jobs.originals.REPOINT_COLUMNS`."""
-    return O.stored_rows(crawldb, gone_fps)
+    rows whose ``url_fp`` or ``dup_of`` is one of them, every column (the re-pointed ones are written whole:
+    ``jobs.duck_outputs.whole_rows``)."""
+    return O.stored_rows(crawldb, gone_fps, columns=crawldb.columns)
 
 
 def counterpart_rows(crawldb: DataFrame, fps: DataFrame) -> DataFrame:

@@ -309,14 +309,14 @@ def test_kill_inside_update_leaves_it_resumable(chain):
     else:
         links_at_kill = None
     chain.run("worker")  # finishes round 1's update first: its rerun of the links append is a no-op
-    # each table's MERGE of round 1 changed rows once; every rerun's MERGE was a no-op (guards)
+    # each table's write of round 1 changed rows once; every rerun's was a no-op (the crawl DB's replace
+    # skipped by its txnVersion, the hosts MERGE guarded by updated_round)
     from delta.tables import DeltaTable
-    for name in ("crawldb", "hosts"):
+    for name, operation, written in (("crawldb", "WRITE", ("numOutputRows",)),
+                                     ("hosts", "MERGE", ("numTargetRowsUpdated", "numTargetRowsInserted"))):
         hist = [h for h in DeltaTable.forPath(chain.spark, common.table_path(chain.conf, name)).history().collect()
-                if h["userMetadata"] == "deltacrawl update round 1" and h["operation"] == "MERGE"]
-        changed = [h["version"] for h in hist
-                   if int(h["operationMetrics"].get("numTargetRowsUpdated", "0"))
-                   + int(h["operationMetrics"].get("numTargetRowsInserted", "0")) > 0]
+                if h["userMetadata"] == "deltacrawl update round 1" and h["operation"] == operation]
+        changed = [h["version"] for h in hist if sum(int(h["operationMetrics"].get(k, "0")) for k in written) > 0]
         assert len(changed) == 1, (name, [(h["version"], h["operationMetrics"]) for h in hist])
     # fetch_log and links, both appended before the kill, hold round 1 once
     assert chain.table("fetch_log").where("round = 1").count() > 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from pyspark.sql import functions as F
 
 from crawl_udfs.sitemaps import CHILD_KIND, SITEMAP, URL_KIND
 from crawl_udfs.url_normalize import fingerprint
@@ -117,6 +118,51 @@ def test_merge_source_ranks_and_budgets(spark, con):
     assert_same(got, DO.merge_source(con, **d))
     assert_same(T.merge_source(updated, new, budget, exhausted), DO.merge_source(con, d["updated"], d["new"],
                                                                                   d["budget"], d["exhausted"]))
+
+
+def test_whole_rows_are_what_update_writes_in_place_of_the_rows_read(spark, con):
+    """Each merge-source row made the whole row written: a partial kind sets only its columns over the row
+    read, ``importance`` always stays as read, a ``new`` row of a URL known after all leaves that row as it
+    is, a partial row of a URL not read is dropped, an update of a URL not read is inserted as decided."""
+    x, fp = "http://x.test/", fingerprint
+    late = NOW + dt.timedelta(days=3)
+    updated = frame(spark, [old(x + "u", status="fetched", updated_round=4),            # importance: null here
+                            old(x + "in_round", status="fetched", updated_round=4)], CRAWLDB)
+    updated = updated.withColumn(T.WAS, updated["status"]).withColumn(T.CHANGED, updated["status"] == "fetched")
+    new = frame(spark, [old(x + "n", discovered_round=4)], CRAWLDB)
+    budget = frame(spark, [], CRAWLDB)
+    repointed = spark.createDataFrame([(fp(x + "rp"), "x.test", "duplicate", fp(x + "u"), "fetched", 4)],
+                                      f"url_fp long, host string, status string, dup_of long, {T.WAS} string, "
+                                      "updated_round long")
+    due = spark.createDataFrame([(fp(x + "d"), "x.test", NOW, 4), (fp(x + "unread"), "x.test", NOW, 4)],
+                                "url_fp long, host string, next_fetch_time timestamp, updated_round long")
+    moved = spark.createDataFrame([(fp(x + "m"), "x.test", x + "m", "unfetched", 7.0, 2, 3, T0, [5.0], 9.0, 0.25, 4)],
+                                  "url_fp long, host string, url string, status string, score double, "
+                                  "change_count int, unchanged_count int, last_change_time timestamp, "
+                                  "change_intervals_s array<double>, unchanged_span_s double, change_rate double, "
+                                  "updated_round long")
+    exhausted = spark.createDataFrame([], "host string, budget_reason string")
+    stored = dict(status="fetched", fetch_count=3, score=5.0, importance=0.7, next_fetch_time=late, updated_round=2)
+    crawldb = frame(spark, [old(x + "u", **stored), old(x + "rp", **stored), old(x + "d", **stored),
+                            old(x + "m", **stored), old(x + "n", **stored)], CRAWLDB)
+    source = T.merge_source(updated, new, budget, exhausted, repointed, due, moved).localCheckpoint()
+    got = {r.url_fp: r for r in T.whole_rows(source, crawldb).collect()}
+    assert set(got) == {fp(x + u) for u in ("u", "in_round", "n", "rp", "d", "m")}       # "unread" dropped
+    u, rp, d, m, n = (got[fp(x + k)] for k in ("u", "rp", "d", "m", "n"))
+    assert (u.status, u.updated_round, u.importance, u.fetch_count) == ("fetched", 4, 0.7, 0)   # decided; importance read
+    assert (rp.status, rp.dup_of, rp.updated_round) == ("duplicate", fp(x + "u"), 4)
+    assert (rp.score, rp.fetch_count, rp.next_fetch_time, rp.importance) == (5.0, 3, late, 0.7)
+    assert (d.next_fetch_time, d.updated_round, d.status, d.score, d.fetch_count) == (NOW, 4, "fetched", 5.0, 3)
+    assert (m.score, m.change_count, m.change_rate, m.updated_round) == (7.0, 2, 0.25, 4)
+    assert (m.status, m.fetch_count, m.next_fetch_time) == ("fetched", 3, late)
+    assert {k: n[k] for k in CRAWLDB.fieldNames()} == {k: crawldb.where(f"url_fp = {fp(x + 'n')}").first()[k]
+                                                      for k in CRAWLDB.fieldNames()}
+    assert got[fp(x + "in_round")].importance is None and got[fp(x + "in_round")]["_kind"] == "update"
+    assert source.columns == T.whole_rows(source, crawldb).columns
+    # the driver twin, with the gather's host-only rows (fetch_count null) among the rows read: not a URL read
+    host_only = frame(spark, [old(x + "unread")], CRAWLDB).withColumn("fetch_count", F.lit(None).cast("int"))
+    d_ = duck_inputs(con, source=source, crawldb=crawldb.unionByName(host_only))
+    assert_same(T.whole_rows(source, crawldb), DO.whole_rows(con, d_["source"], d_["crawldb"]))
 
 
 # -- a realistic round -------------------------------------------------------------------------------------------

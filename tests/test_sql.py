@@ -153,7 +153,8 @@ def check_change_feed(crawl, capsys, queries):
             .option("startingVersion", ledger[last]["crawldb_version"] + 1)
             .load(common.table_path(conf, "crawldb"))
             .select("url_fp", "status", "_change_type", "_commit_version").collect())
-    before = {(r["url_fp"], r["_commit_version"]): r["status"] for r in feed if r["_change_type"] == "update_preimage"}
+    before = {(r["url_fp"], r["_commit_version"]): r["status"] for r in feed
+              if r["_change_type"] in ("delete", "update_preimage")}
     expected = collections.Counter((before.get((r["url_fp"], r["_commit_version"]), "(new)"), r["status"])
                                    for r in feed if r["_change_type"] in ("insert", "update_postimage"))
     assert {(r["was"], r["now"]): r["urls"] for r in rows} == expected

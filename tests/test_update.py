@@ -755,7 +755,7 @@ def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, 
     now = updated_a[2]
 
     def boom(*a, **k):
-        raise RuntimeError("crash between the two MERGEs")
+        raise RuntimeError("crash after the crawl-DB write, before the hosts MERGE")
     with monkeypatch.context() as m:
         m.setattr(update_commit, "merge_hosts", boom)
         with pytest.raises(RuntimeError):
@@ -765,6 +765,29 @@ def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, 
     assert _content(spark, conf) == _content(spark, updated_a[0])
     got, want = (ledger.get_round(spark, c, 1)["counts"] for c in (conf, updated_a[0]))
     assert got == want
+
+
+def test_a_url_inserted_after_the_pinned_version_stays_one_row(spark, tmp_path, monkeypatch):
+    """The round's write replaces the rows of every URL it writes, new ones included: a URL another writer
+    (an ``inject``) inserted after the version update decides from, and which the round discovers as new,
+    ends as one row, the round's; every other row is the URL's only row too."""
+    from jobs import common, ledger, update, update_commit
+    conf = config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"', "spark.shuffle_partitions=4"])
+    _seed(spark, conf)
+    ledger.set_state(spark, conf, 1, "fetched")
+    late = "http://s.test/new1"
+    real = update_commit.replace_crawldb
+
+    def after_an_inject(spark_, conf_, source, n, tag):
+        common.conform(frame(spark, [old(late, score=0.123)], CRAWLDB), common.TABLES["crawldb"]) \
+            .write.format("delta").mode("append").save(common.table_path(conf, "crawldb"))
+        return real(spark_, conf_, source, n, tag)
+    monkeypatch.setattr(update_commit, "replace_crawldb", after_an_inject)
+    update.run(spark, conf)
+    db = common.read(spark, conf, "crawldb")
+    assert db.count() == db.select("url_fp").distinct().count() == 9   # 7 seeded + new1 + t.test/new2
+    row = db.where(f"url_fp = {fingerprint(late)}").collect()
+    assert len(row) == 1 and row[0].discovered_round == 1 and row[0].score != 0.123
 
 
 def test_frontier_size_is_the_count_after_the_merge_without_a_scan_of_its_own(spark, tmp_path):
