@@ -128,10 +128,13 @@ def merge_source(con, updated: Rel, new: Rel, budget: Rel, exhausted: Rel, repoi
 def whole_rows(con, source: Rel, crawldb: Rel) -> Rel:
     """As ``jobs.update_transforms.whole_rows``: ``source``'s rows whole, each column by ``whole_kinds`` from
     the URL's row in ``crawldb`` (the rows read whole: those with ``fetch_count``, NOT NULL in the table),
-    else from the source; a partial kind's row of a URL ``crawldb`` lacks is dropped."""
+    else from the source; a partial kind's row of a URL ``crawldb`` lacks is dropped; a ``new`` row of a URL
+    it has takes that row's status as ``_was``."""
     names = set(CRAWLDB.fieldNames())
 
     def col(c: str) -> str:
+        if c == WAS:
+            return f'CASE WHEN b.url_fp IS NOT NULL AND s._kind = {literal("new")} THEN b.status ELSE s."{c}" END'
         if c not in names or c == "url_fp":
             return f's."{c}"'
         return f'CASE WHEN b.url_fp IS NOT NULL AND s._kind IN {sql_list(whole_kinds(c))} THEN b."{c}" ELSE s."{c}" END'

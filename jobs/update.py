@@ -222,7 +222,7 @@ def _write(spark, conf: Config, n: int, row: dict, now: dt.datetime) -> dict[str
         staged = {name: _staged(spark, observed(name, df), f"{stage}/{name}") for name, df in _sources(p)}
         staged["hosts"] = p.hosts  # already staged by ``keep``
     counts = {"near_duplicates": 0, "near_dup_index": 0, **observed.counts()}  # declared: written, 0 with the key off
-    update_commit.commit(spark, conf, staged, n, tag)
+    update_commit.commit(spark, conf, staged, n, tag, pinned=row["crawldb_version"])
     return counts
 
 

@@ -13,18 +13,19 @@ from schemas.tables import HOSTS, TABLES
 _META = "spark.databricks.delta.commitInfo.userMetadata"
 
 
-def commit(spark, conf: Config, staged: dict[str, Any], n: int, tag: str) -> None:
+def commit(spark, conf: Config, staged: dict[str, Any], n: int, tag: str, *, pinned: int) -> None:
     """The round's writes: the crawl-DB replace and the hosts MERGE in one thread, the appends beside them
     in another.
 
     Each write is guarded on its own (``txnVersion = N``, ``updated_round < N``), so their order does not
     matter to a rerun, and each is a different table: the appends (small jobs, mostly the driver's Delta
     commit work) overlap the MERGEs instead of following them (measured: bench/verb_cost.py, RESULTS.md
-    "Session 18"). The commit tag is set once for both threads (session settings are the session's)."""
+    "Session 18"). The commit tag is set once for both threads (session settings are the session's).
+    ``pinned``: the crawl-DB version the round was decided from (:func:`replace_crawldb`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     def merges():
-        replace_crawldb(spark, conf, staged["crawldb_source"], n, tag)
+        replace_crawldb(spark, conf, staged["crawldb_source"], n, tag, pinned=pinned)
         merge_hosts(spark, conf, staged["hosts"], n, tag)
 
     def appends():
@@ -53,7 +54,7 @@ def _tagged(spark, tag: str):
 _NO_REPLACE_CHECK = {"spark.databricks.delta.replaceWhere.constraintCheck.enabled": "false"}
 
 
-def replace_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
+def replace_crawldb(spark, conf: Config, source, n: int, tag: str, *, pinned: int | None = None) -> None:
     """The round's crawl-DB rows (``update_transforms.whole_rows``: whole rows, one per URL) in place of the
     rows of their URLs, in one commit: an overwrite whose ``replaceWhere`` is ``url_fp IN`` (their keys),
     which Delta applies as deletion vectors on the files the old rows are in, plus the new rows.
@@ -62,13 +63,23 @@ def replace_crawldb(spark, conf: Config, source, n: int, tag: str) -> None:
     whatever its clauses set; a round whose URLs are spread over the crawl DB touches every file (10 M
     rows: 35-47 CPU s against 5-9 for this, bench/RESULTS.md "Session 21"). A deletion vector's delete
     reads the key column only. Once per round: Delta skips a write whose ``txnVersion`` it has committed,
-    and a rerun decides again from the same pinned version. The keys of new URLs are in the predicate too,
-    so a URL inserted since that version (by ``inject``) is replaced, never doubled."""
-    keys = [r[0] for r in source.select("url_fp").collect()]
-    if not keys:
+    and a rerun decides again from the same pinned version.
+
+    The predicate holds the keys of the rows read (``pinned``: the version the round was decided from);
+    new URLs' keys only when the crawl DB has moved since that version (an ``inject``, an operator's write,
+    or this round's own replace before a crash, which ``txnVersion`` skips anyway), so that a URL another
+    writer inserted since is replaced, never doubled. Delta keeps the predicate in the commit's
+    ``commitInfo``: ~22 bytes a key (~250 KB for a round of 10,000 URLs; with the ~28,000 new links' keys
+    too, ~900 KB), cleaned with the log (``delta.logRetentionDuration``)."""
+    from jobs.update_transforms import INSERTED
+    rows = source.selectExpr("url_fp", f"{INSERTED} AS inserted").collect()
+    if not rows:
         return
+    moved = pinned is None or common.version(spark, conf, "crawldb") != int(pinned)
+    keys = [r.url_fp for r in rows if moved or not r.inserted]  # nothing written since: new URLs are absent
+    where = f"url_fp IN ({', '.join(map(_bigint, keys))})" if keys else None  # none: an append
     with _tagged(spark, tag), common.session_conf(spark, _NO_REPLACE_CHECK):
-        append(conf, source, "crawldb", n, tag, replace_where=f"url_fp IN ({', '.join(map(_bigint, keys))})")
+        append(conf, source, "crawldb", n, tag, replace_where=where)
 
 
 def _bigint(v: int) -> str:

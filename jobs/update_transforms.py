@@ -330,6 +330,9 @@ PARTIAL = {"repoint": ("status", "dup_of", "updated_round"),
            "moved": ("score", *MOVED, "updated_round")}
 #: Columns another step owns: a known URL's row keeps the value read (``importance``: jobs/importance.py).
 KEPT = ("importance",)
+#: SQL condition on a merge-source row: a URL absent from the crawl DB as read, which update inserts (a
+#: new URL, or one followed inside the round: an ``update`` row with no ``_was``).
+INSERTED = f"(_kind IN ('update', 'new') AND {WAS} IS NULL)"
 
 
 def whole_kinds(column: str) -> tuple[str, ...]:
@@ -344,7 +347,9 @@ def whole_rows(source: DataFrame, crawldb: DataFrame) -> DataFrame:
     """:func:`merge_source`'s rows as whole crawl-DB rows, which update writes in place of the rows read
     (``jobs.update_commit.replace_crawldb``): each column by :func:`whole_kinds` from the URL's row in
     ``crawldb`` (the version read), else from the source. A ``repoint``, ``due`` or ``moved`` row of a URL
-    ``crawldb`` lacks is dropped: it changes a row, it never adds one. Same columns as ``source``."""
+    ``crawldb`` lacks is dropped: it changes a row, it never adds one; a ``new`` row of a URL it has takes
+    that row's status as ``_was`` (not :data:`INSERTED`: its row is written back as read). Same columns as
+    ``source``."""
     base = crawldb.select("url_fp", *[F.col(f.name).alias(f"_b_{f.name}") for f in CRAWLDB.fields
                                       if f.name != "url_fp"], F.lit(True).alias("_known"))
     keys = F.broadcast(source.select("url_fp"))
@@ -352,11 +357,13 @@ def whole_rows(source: DataFrame, crawldb: DataFrame) -> DataFrame:
     known = F.col("_known").isNotNull()
 
     def col(name: str) -> Column:
-        if name == "url_fp":
+        if name == WAS:
+            return F.when(known & (F.col("_kind") == "new"), F.col("_b_status")).otherwise(F.col(WAS))
+        if name not in CRAWLDB.fieldNames() or name == "url_fp":
             return F.col(name)
         return F.when(known & F.col("_kind").isin(*whole_kinds(name)), F.col(f"_b_{name}")).otherwise(F.col(name))
     return (rows.where(known | ~F.col("_kind").isin(*PARTIAL))
-            .select(*[col(c).alias(c) if c in CRAWLDB.fieldNames() else F.col(c) for c in source.columns]))
+            .select(*[col(c).alias(c) for c in source.columns]))
 
 
 # -- 7. appends ---------------------------------------------------------------------------------

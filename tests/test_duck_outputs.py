@@ -157,6 +157,7 @@ def test_whole_rows_are_what_update_writes_in_place_of_the_rows_read(spark, con)
     assert (m.status, m.fetch_count, m.next_fetch_time) == ("fetched", 3, late)
     assert {k: n[k] for k in CRAWLDB.fieldNames()} == {k: crawldb.where(f"url_fp = {fp(x + 'n')}").first()[k]
                                                       for k in CRAWLDB.fieldNames()}
+    assert n[T.WAS] == "fetched"  # known after all: not inserted (update_transforms.INSERTED), written back as read
     assert got[fp(x + "in_round")].importance is None and got[fp(x + "in_round")]["_kind"] == "update"
     assert source.columns == T.whole_rows(source, crawldb).columns
     # the driver twin, with the gather's host-only rows (fetch_count null) among the rows read: not a URL read

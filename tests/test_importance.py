@@ -181,7 +181,7 @@ def test_refresh_writes_importance_only_and_update_keeps_it(spark, tmp_path):
            .selectExpr(*[f"{c} AS {c}" if c not in ("importance", "updated_round", "status") else
                          {"importance": "CAST(NULL AS double) AS importance", "updated_round": "5L AS updated_round",
                           "status": "'fetched' AS status"}[c] for c in (f.name for f in CRAWLDB.fields)],
-                       "'update' AS _kind"))
+                       "'update' AS _kind", "status AS _was"))
     update_commit.replace_crawldb(spark, conf, T.whole_rows(src, common.read(spark, conf, "crawldb")), 5, "test")
     row = common.read(spark, conf, "crawldb").where(f"url_fp = {k}").collect()[0]
     assert (row.status, row.updated_round, row.importance) == ("fetched", 5, after[k].importance)

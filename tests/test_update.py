@@ -778,16 +778,43 @@ def test_a_url_inserted_after_the_pinned_version_stays_one_row(spark, tmp_path, 
     late = "http://s.test/new1"
     real = update_commit.replace_crawldb
 
-    def after_an_inject(spark_, conf_, source, n, tag):
+    def after_an_inject(*a, **kw):
         common.conform(frame(spark, [old(late, score=0.123)], CRAWLDB), common.TABLES["crawldb"]) \
             .write.format("delta").mode("append").save(common.table_path(conf, "crawldb"))
-        return real(spark_, conf_, source, n, tag)
+        return real(*a, **kw)
     monkeypatch.setattr(update_commit, "replace_crawldb", after_an_inject)
     update.run(spark, conf)
     db = common.read(spark, conf, "crawldb")
     assert db.count() == db.select("url_fp").distinct().count() == 9   # 7 seeded + new1 + t.test/new2
     row = db.where(f"url_fp = {fingerprint(late)}").collect()
     assert len(row) == 1 and row[0].discovered_round == 1 and row[0].score != 0.123
+    assert fingerprint(late) in _replaced_keys(spark, conf, 1)  # the crawl DB moved: new URLs' keys too
+
+
+def _replaced_keys(spark, conf, n: int) -> set[int]:
+    """The keys of the ``replaceWhere`` predicate of round ``n``'s crawl-DB write, as Delta recorded it."""
+    import re
+
+    from delta.tables import DeltaTable
+
+    from jobs import common
+    hist = [h for h in DeltaTable.forPath(spark, common.table_path(conf, "crawldb")).history().collect()
+            if h["userMetadata"] == f"deltacrawl update round {n}" and "predicate" in h["operationParameters"]]
+    assert len(hist) == 1, hist
+    return {int(k) for k in re.findall(r"-?\d+", hist[0]["operationParameters"]["predicate"])}
+
+
+def test_the_write_replaces_the_rows_read_and_only_inserts_new_urls(spark, updated_a):
+    """Nothing else wrote the crawl DB since the version read: the predicate names the round's URLs and
+    no new URL (a smaller commit), and the new URLs are inserted all the same."""
+    conf = updated_a[0]
+    keys = _replaced_keys(spark, conf, 1)
+    u = "http://s.test/"
+    assert {fingerprint(u + p) for p in ("", "a", "b", "c", "d", "e")} <= keys
+    assert not keys & {fingerprint(x) for x in (u + "new1", "http://t.test/new2", u + "later")}
+    from jobs import common
+    db = common.read(spark, conf, "crawldb")
+    assert db.where(f"url_fp = {fingerprint(u + 'new1')}").count() == 1
 
 
 def test_frontier_size_is_the_count_after_the_merge_without_a_scan_of_its_own(spark, tmp_path):
