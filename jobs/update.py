@@ -315,7 +315,7 @@ def decide(spark, conf: Config, n: int, now: dt.datetime, crawldb, hosts, fetch_
 
 
 def _schema(name: str):
-    """The schema of a source: its table's, and for the crawl-DB MERGE source CRAWLDB + ``_kind``, ``_was``."""
+    """The schema of a source: its table's, and for the crawl-DB write's source CRAWLDB + ``_kind``, ``_was``."""
     from pyspark.sql.types import StringType, StructField, StructType
     if name != "crawldb_source":
         return TABLES[name].schema

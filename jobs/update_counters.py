@@ -23,7 +23,7 @@ def metrics(name: str, now_sql: str) -> list[str]:
     if name == "crawldb":  # every row of the pre-round snapshot
         return [f"sum({_eligible('status')}) AS frontier_before"]
     if name == "crawldb_source":
-        # what the MERGE changes: a matched row (update, budget) goes from _was to status; an
+        # what the write changes: a row read (update, budget) goes from _was to status; an
         # inserted one (update or new, absent from the snapshot: _was null) from nothing to status.
         # An inserted update row is a URL followed inside the round (fetch_output in_round): new too.
         was = T.WAS
@@ -55,13 +55,13 @@ class Counters:
     an aggregate over the rows flowing through, returned with the action), so none is a Spark job of
     its own: the crawl-DB scan of the plan's first staged write, the hosts rows, the three staged sources.
 
-    ``frontier_size`` (URLs in an eligible status after the MERGE) = the eligible rows of the pinned
-    pre-round snapshot + the MERGE's change (per source row: eligible(new status) - eligible(``_was``)).
-    Exact because the MERGE applies every source row the sum counts: the snapshot is the one the
+    ``frontier_size`` (URLs in an eligible status after the write) = the eligible rows of the pinned
+    pre-round snapshot + the write's change (per source row: eligible(new status) - eligible(``_was``)).
+    Exact because the write applies every source row the sum counts: the snapshot is the one the
     rows were computed from, no row of it has ``updated_round >= N``, and ``new`` rows are absent from
     it. A rerun after a crash reads the same snapshot (its versions are in the ledger row) and
     restages the same rows, so it counts the same numbers; the commits already made change nothing
-    it counts. A count of the crawl DB after the MERGE would include what a writer other than this
+    it counts. A count of the crawl DB after the write would include what a writer other than this
     round's update committed meanwhile (an inject between a crash and the rerun): this one does not.
     """
 
