@@ -65,17 +65,22 @@ def replace_crawldb(spark, conf: Config, source, n: int, tag: str, *, pinned: in
     reads the key column only. Once per round: Delta skips a write whose ``txnVersion`` it has committed,
     and a rerun decides again from the same pinned version.
 
-    The predicate holds the keys of the rows read (``pinned``: the version the round was decided from);
-    new URLs' keys only when the crawl DB has moved since that version (an ``inject``, an operator's write,
-    or this round's own replace before a crash, which ``txnVersion`` skips anyway), so that a URL another
-    writer inserted since is replaced, never doubled. Delta keeps the predicate in the commit's
+    The predicate holds the keys of the rows read (``pinned``: the version the round was decided from).
+    When the crawl DB has moved since that version (``inject``, ``rank`` or an operator between a crash
+    and the rerun; or this round's own replace, which ``txnVersion`` skips anyway), the rows are made whole
+    again from the table as it is now, as the MERGE this replaced kept them: what the round does not set
+    (``importance``, a partial kind's other columns) as the other writer left it, a URL it added written
+    back as it is; and the new URLs' keys are named too, so no URL is ever doubled. The lease keeps any
+    other writer out while update runs. Delta keeps the predicate in the commit's
     ``commitInfo``: ~22 bytes a key (~250 KB for a round of 10,000 URLs; with the ~28,000 new links' keys
     too, ~900 KB), cleaned with the log (``delta.logRetentionDuration``)."""
-    from jobs.update_transforms import INSERTED
+    from jobs.update_transforms import INSERTED, whole_rows
+    moved = pinned is None or common.version(spark, conf, "crawldb") != int(pinned)
+    if moved:  # what the round does not set, as it is now: a row another writer changed or added keeps that
+        source = whole_rows(source, common.read(spark, conf, "crawldb"))  # (one keyed scan, this case only)
     rows = source.selectExpr("url_fp", f"{INSERTED} AS inserted").collect()
     if not rows:
         return
-    moved = pinned is None or common.version(spark, conf, "crawldb") != int(pinned)
     keys = [r.url_fp for r in rows if moved or not r.inserted]  # nothing written since: new URLs are absent
     where = f"url_fp IN ({', '.join(map(_bigint, keys))})" if keys else None  # none: an append
     with _tagged(spark, tag), common.session_conf(spark, _NO_REPLACE_CHECK):

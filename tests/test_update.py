@@ -768,26 +768,30 @@ def test_crash_after_crawldb_merge_resumes_to_the_same_tables(spark, updated_a, 
 
 
 def test_a_url_inserted_after_the_pinned_version_stays_one_row(spark, tmp_path, monkeypatch):
-    """The round's write replaces the rows of every URL it writes, new ones included: a URL another writer
-    (an ``inject``) inserted after the version update decides from, and which the round discovers as new,
-    ends as one row, the round's; every other row is the URL's only row too."""
+    """Writers between the version update decides from and its write (``inject``, ``rank`` between a crash and
+    the rerun): what they left in the columns the round does not set is kept, as the MERGE kept it; a URL
+    they added and the round discovers as new stays one row, theirs; every other URL is one row too."""
     from jobs import common, ledger, update, update_commit
     conf = config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"', "spark.shuffle_partitions=4"])
     _seed(spark, conf)
     ledger.set_state(spark, conf, 1, "fetched")
-    late = "http://s.test/new1"
+    late, ranked = "http://s.test/new1", "http://s.test/a"
     real = update_commit.replace_crawldb
 
-    def after_an_inject(*a, **kw):
+    def after_other_writers(*a, **kw):
+        path = common.table_path(conf, "crawldb")
         common.conform(frame(spark, [old(late, score=0.123)], CRAWLDB), common.TABLES["crawldb"]) \
-            .write.format("delta").mode("append").save(common.table_path(conf, "crawldb"))
+            .write.format("delta").mode("append").save(path)
+        common.table(spark, conf, "crawldb").update(f"url_fp = {fingerprint(ranked)}", {"importance": "0.42D"})
         return real(*a, **kw)
-    monkeypatch.setattr(update_commit, "replace_crawldb", after_an_inject)
+    monkeypatch.setattr(update_commit, "replace_crawldb", after_other_writers)
     update.run(spark, conf)
     db = common.read(spark, conf, "crawldb")
     assert db.count() == db.select("url_fp").distinct().count() == 9   # 7 seeded + new1 + t.test/new2
     row = db.where(f"url_fp = {fingerprint(late)}").collect()
-    assert len(row) == 1 and row[0].discovered_round == 1 and row[0].score != 0.123
+    assert len(row) == 1 and (row[0].score, row[0].discovered_round) == (0.123, 0)   # the inject's row
+    a = db.where(f"url_fp = {fingerprint(ranked)}").collect()[0]
+    assert (a.importance, a.updated_round, a.fetch_count) == (0.42, 1, 2)  # the round's fetch, rank's importance
     assert fingerprint(late) in _replaced_keys(spark, conf, 1)  # the crawl DB moved: new URLs' keys too
 
 
@@ -799,7 +803,8 @@ def _replaced_keys(spark, conf, n: int) -> set[int]:
 
     from jobs import common
     hist = [h for h in DeltaTable.forPath(spark, common.table_path(conf, "crawldb")).history().collect()
-            if h["userMetadata"] == f"deltacrawl update round {n}" and "predicate" in h["operationParameters"]]
+            if h["userMetadata"] == f"deltacrawl update round {n}" and h["operation"] == "WRITE"
+            and "predicate" in h["operationParameters"]]
     assert len(hist) == 1, hist
     return {int(k) for k in re.findall(r"-?\d+", hist[0]["operationParameters"]["predicate"])}
 
