@@ -1,7 +1,7 @@
 """Update's outputs on the driver (DuckDB): sitemap due rows, the merge source, the round's appends.
 
 The DuckDB twins (``jobs/duck_engine.py``) of ``jobs.sitemap_transforms.robots_refresh``/``lastmod_due``/
-``_due`` and ``jobs.update_transforms.merge_source``/``whole_rows``/``fetch_log_rows``/``link_rows``: same names, a
+``_due``, ``jobs.update_transforms.merge_source``/``fetch_log_rows``/``link_rows`` and ``jobs.crawldb_rows.whole_rows``: same names, a
 connection ``con`` first, relations in the place of DataFrames, the Spark twin's output columns, order
 and types (``tests/test_duck_outputs.py``); FETCH_LOG, LINKS and CRAWLDB (+ ``_kind``, ``_was``)
 exactly, by :func:`jobs.duck_engine.sql_type` of ``schemas/tables.py``.
@@ -27,7 +27,8 @@ from crawl_udfs.sitemaps import SITEMAP, URL_KIND
 from jobs.duck_discover import Rel, edges, query, sql_list
 from jobs.duck_engine import XXHASH64, literal, sql_type, ts
 from jobs.sitemap_transforms import REFRESHED
-from jobs.update_transforms import BUDGET_ERROR_PREFIX, CAT, CHANGED, KEEP, PARTIAL, WAS, whole_kinds
+from jobs.crawldb_rows import PARTIAL, whole_kinds
+from jobs.update_transforms import BUDGET_ERROR_PREFIX, CAT, CHANGED, KEEP, WAS
 from schemas.status import Status
 from schemas.tables import CRAWLDB, FETCH_LOG, LINKS
 
@@ -126,7 +127,7 @@ def merge_source(con, updated: Rel, new: Rel, budget: Rel, exhausted: Rel, repoi
 
 
 def whole_rows(con, source: Rel, crawldb: Rel) -> Rel:
-    """As ``jobs.update_transforms.whole_rows``: ``source``'s rows whole, each column by ``whole_kinds`` from
+    """As ``jobs.crawldb_rows.whole_rows``: ``source``'s rows whole, each column by ``whole_kinds`` from
     the URL's row in ``crawldb`` (the rows read whole: those with ``fetch_count``, NOT NULL in the table),
     else from the source; a partial kind's row of a URL ``crawldb`` lacks is dropped; a ``new`` row of a URL
     it has takes that row's status as ``_was``."""

@@ -18,7 +18,7 @@ Transforms: ``jobs/update_transforms.py`` (crawl DB) and ``jobs/hosts_transforms
 1. The round's ``crawldb`` rows replaced, in one commit (``update_commit.replace_crawldb``); source =
    updated rows ∪ new URLs ∪ budget rows ∪ re-pointed copies ∪ due URLs ∪ moved-to URLs, one row per
    url_fp (update > repoint > new > budget > due > moved), flag ``_kind``, each made the whole row
-   written (``update_transforms.whole_rows``): an update or budget row as decided; a ``repoint`` row
+   written (``crawldb_rows.whole_rows``): an update or budget row as decided; a ``repoint`` row
    sets status, dup_of, updated_round; a ``due`` row next_fetch_time, updated_round (a sitemap's
    lastmod or a robots.txt refresh: ``jobs/sitemap_transforms.py``); a ``moved`` row score, the change
    history, updated_round (a 301/308 to a known URL: ``update_transforms.moved_to_known``); the rest of
@@ -56,6 +56,7 @@ from jobs import pattern_transforms as P
 from jobs import schedule_transforms as SC
 from jobs import sitemap_transforms as SM
 from jobs import update_transforms as T
+from jobs.crawldb_rows import whole_rows
 from jobs.discover_transforms import discover
 from jobs.generate import max_urls_per_host
 from jobs.update_counters import Counters
@@ -162,7 +163,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     budget = HT.budget_rows(known if reached.isEmpty() else crawldb, reached, round_no=round_no)
     moved = T.moved_to_known(prepared, known, round_no=round_no)  # a 301/308 to a known URL: score, history
     # computed once, by its staging write; whole rows from the crawl DB as read (one more scan, keyed)
-    source = T.whole_rows(T.merge_source(updated, new, budget, exhausted, repointed, due, moved), crawldb)
+    source = whole_rows(T.merge_source(updated, new, budget, exhausted, repointed, due, moved), crawldb)
     return Plan(updated=updated, crawldb_source=source, hosts=hosts_new,
                 fetch_log=T.fetch_log_rows(prepared, updated, round_no=round_no),
                 links=T.link_rows(prepared, round_no=round_no), near_dup_index=index_rows)

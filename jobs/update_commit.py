@@ -55,7 +55,7 @@ _NO_REPLACE_CHECK = {"spark.databricks.delta.replaceWhere.constraintCheck.enable
 
 
 def replace_crawldb(spark, conf: Config, source, n: int, tag: str, *, pinned: int | None = None) -> None:
-    """The round's crawl-DB rows (``update_transforms.whole_rows``: whole rows, one per URL) in place of the
+    """The round's crawl-DB rows (``crawldb_rows.whole_rows``: whole rows, one per URL) in place of the
     rows of their URLs, in one commit: an overwrite whose ``replaceWhere`` is ``url_fp IN`` (their keys),
     which Delta applies as deletion vectors on the files the old rows are in, plus the new rows.
 
@@ -74,7 +74,7 @@ def replace_crawldb(spark, conf: Config, source, n: int, tag: str, *, pinned: in
     other writer out while update runs. Delta keeps the predicate in the commit's
     ``commitInfo``: ~22 bytes a key (~250 KB for a round of 10,000 URLs; with the ~28,000 new links' keys
     too, ~900 KB), cleaned with the log (``delta.logRetentionDuration``)."""
-    from jobs.update_transforms import INSERTED, whole_rows
+    from jobs.crawldb_rows import INSERTED, whole_rows
     moved = pinned is None or common.version(spark, conf, "crawldb") != int(pinned)
     if moved:  # what the round does not set, as it is now: a row another writer changed or added keeps that
         source = whole_rows(source, common.read(spark, conf, "crawldb"))  # (one keyed scan, this case only)

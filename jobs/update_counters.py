@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any
 
 from jobs import update_transforms as T
+from jobs.crawldb_rows import INSERTED
 from schemas.status import ELIGIBLE, Status
 
 
@@ -27,7 +28,7 @@ def metrics(name: str, now_sql: str) -> list[str]:
         # inserted one (update or new, absent from the snapshot: _was null) from nothing to status.
         # An inserted update row is a URL followed inside the round (fetch_output in_round): new too.
         was = T.WAS
-        inserted = T.INSERTED
+        inserted = INSERTED
         applied = f"((_kind IN ('update', 'budget', 'repoint') AND {was} IS NOT NULL) OR {inserted})"
         change = f"CASE WHEN {applied} THEN {_eligible('status')} - {_eligible(was)} ELSE 0 END"
         counted = {"new_urls": inserted, "updated_urls": f"_kind = 'update' AND {was} IS NOT NULL",

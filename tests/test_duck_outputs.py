@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from crawl_udfs.sitemaps import CHILD_KIND, SITEMAP, URL_KIND
 from crawl_udfs.url_normalize import fingerprint
+from jobs import crawldb_rows as CR
 from jobs import duck_outputs as DO
 from jobs import hosts_transforms as HT
 from jobs import sitemap_transforms as SM
@@ -146,7 +147,7 @@ def test_whole_rows_are_what_update_writes_in_place_of_the_rows_read(spark, con)
     crawldb = frame(spark, [old(x + "u", **stored), old(x + "rp", **stored), old(x + "d", **stored),
                             old(x + "m", **stored), old(x + "n", **stored)], CRAWLDB)
     source = T.merge_source(updated, new, budget, exhausted, repointed, due, moved).localCheckpoint()
-    got = {r.url_fp: r for r in T.whole_rows(source, crawldb).collect()}
+    got = {r.url_fp: r for r in CR.whole_rows(source, crawldb).collect()}
     assert set(got) == {fp(x + u) for u in ("u", "in_round", "n", "rp", "d", "m")}       # "unread" dropped
     u, rp, d, m, n = (got[fp(x + k)] for k in ("u", "rp", "d", "m", "n"))
     assert (u.status, u.updated_round, u.importance, u.fetch_count) == ("fetched", 4, 0.7, 0)   # decided; importance read
@@ -157,13 +158,13 @@ def test_whole_rows_are_what_update_writes_in_place_of_the_rows_read(spark, con)
     assert (m.status, m.fetch_count, m.next_fetch_time) == ("fetched", 3, late)
     assert {k: n[k] for k in CRAWLDB.fieldNames()} == {k: crawldb.where(f"url_fp = {fp(x + 'n')}").first()[k]
                                                       for k in CRAWLDB.fieldNames()}
-    assert n[T.WAS] == "fetched"  # known after all: not inserted (update_transforms.INSERTED), written back as read
+    assert n[T.WAS] == "fetched"  # known after all: not inserted (crawldb_rows.INSERTED), written back as read
     assert got[fp(x + "in_round")].importance is None and got[fp(x + "in_round")]["_kind"] == "update"
-    assert source.columns == T.whole_rows(source, crawldb).columns
+    assert source.columns == CR.whole_rows(source, crawldb).columns
     # the driver twin, with the gather's host-only rows (fetch_count null) among the rows read: not a URL read
     host_only = frame(spark, [old(x + "unread")], CRAWLDB).withColumn("fetch_count", F.lit(None).cast("int"))
     d_ = duck_inputs(con, source=source, crawldb=crawldb.unionByName(host_only))
-    assert_same(T.whole_rows(source, crawldb), DO.whole_rows(con, d_["source"], d_["crawldb"]))
+    assert_same(CR.whole_rows(source, crawldb), DO.whole_rows(con, d_["source"], d_["crawldb"]))
 
 
 # -- a realistic round -------------------------------------------------------------------------------------------

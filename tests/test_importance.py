@@ -145,7 +145,7 @@ def test_refresh_writes_importance_only_and_update_keeps_it(spark, tmp_path):
     from tests.summary import LINES
 
     from jobs import common, update_commit
-    from jobs import update_transforms as T
+    from jobs import crawldb_rows as CR
     from schemas.tables import CRAWLDB
     from tests.test_generate import url_row
     conf = config.load(overrides=[f'storage.root="{tmp_path / "crawl"}"', "spark.shuffle_partitions=4",
@@ -182,7 +182,7 @@ def test_refresh_writes_importance_only_and_update_keeps_it(spark, tmp_path):
                          {"importance": "CAST(NULL AS double) AS importance", "updated_round": "5L AS updated_round",
                           "status": "'fetched' AS status"}[c] for c in (f.name for f in CRAWLDB.fields)],
                        "'update' AS _kind", "status AS _was"))
-    update_commit.replace_crawldb(spark, conf, T.whole_rows(src, common.read(spark, conf, "crawldb")), 5, "test")
+    update_commit.replace_crawldb(spark, conf, CR.whole_rows(src, common.read(spark, conf, "crawldb")), 5, "test")
     row = common.read(spark, conf, "crawldb").where(f"url_fp = {k}").collect()[0]
     assert (row.status, row.updated_round, row.importance) == ("fetched", 5, after[k].importance)
     assert (importance.due(conf, 4), importance.due(conf, 5)) == (True, False)
