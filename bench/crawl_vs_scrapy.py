@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.fetch_bench import _proc_cpu_s, _read_hosts_file
-from bench.vs_judge import Verdict, content_pages, judge, polite_bound, table
+from bench.vs_judge import Verdict, content_pages, duty_cycle, judge, polite_bound, table
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -201,9 +201,11 @@ def measure(name: str, args, v: Variant, tmp: Path, details: list[str]) -> Verdi
         server_cpu = (_proc_cpu_s(web.proc.pid) or 0.0) - (cpu0 or 0.0)
         lines = web.log()
     first = min((r["start"] for r in lines if r["start"] >= t0), default=None)
-    details.append(f"{name}: first request at " + ("never" if first is None else f"{first - t0:.1f} s")
-                   + " after launch (server's log)")
     at = tuple(a for a in AT_S if a < args.seconds) + (args.seconds,)
+    after_start = "" if first is None else (
+        f"; fetch duty from it to T {duty_cycle(lines, first, t0 + args.seconds - first, v.delay_s):.2f}")
+    details.append(f"{name}: first request at " + ("never" if first is None else f"{first - t0:.1f} s")
+                   + " after launch (server's log)" + after_start)
     verdict = judge(name, web.plan, lines, t0, args.seconds, at,
                     v.delay_s, args.max_in_flight_per_ip)
     details.append(f"{name}, server-side check: " + verdict.violations.summary().replace("\n", "\n  "))
@@ -262,7 +264,9 @@ def report(args, v: Variant, verdicts: list[Verdict], loads: list[str], details:
         f"DOWNLOAD_DELAY={v.delay_s:g}, CONCURRENT_REQUESTS_PER_DOMAIN=1, CONCURRENT_REQUESTS=100)",
         "measured from the server's log: distinct content pages (2xx HTML the plan serves, normalised URL) "
         "whose first response ended by t0+t, over t; t0 = launch of the crawler's process (start-up inside); "
-        "duty = share of [t0, t0+T] with >= 1 request in flight; server cpu = the test web's CPU seconds "
+        "in flight = share of [t0, t0+T] with >= 1 request in flight; fetch duty = share of [t0, t0+T] "
+        "covered by the requests' [start, end + host delay] (no host fetched for longer than the delay: "
+        "start-up, gaps between rounds, an idle tail); server cpu = the test web's CPU seconds "
         "over the run / T (near 1.0: the one-process server, not the crawler, was the limit); violations judged at "
         f"host delay {v.delay_s:g} s + robots Crawl-delay, per-address cap {args.max_in_flight_per_ip}; "
         "polite bound = the most distinct content pages a crawler keeping the delay and robots.txt could "

@@ -9,8 +9,15 @@ Definitions (every figure comes from the server's log, never from the crawler's 
 - *distinct content pages/s at t* = distinct content pages whose first such response ended by
   ``t0 + t``, divided by t, t0 being the moment the crawler's process was launched (its start-up,
   JVM included, is inside t);
-- *duty cycle* over [t0, t0 + T] = the share of that window with at least one request of the crawler
-  in flight at the server (the union of the logged [start, end] intervals, clipped to the window);
+- *in flight* over [t0, t0 + T] = the share of that window with at least one request of the crawler
+  in flight at the server (the union of the logged [start, end] intervals, clipped to the window). On
+  loopback an answer takes a millisecond, so a polite crawler keeping 300 hosts at a 1 s delay has a
+  request in flight ~15 % of the time however busy it keeps them: this measures the server's speed;
+- *fetch duty* over [t0, t0 + T] = the share of that window covered by [start, end + d] of the
+  crawler's requests, d the host delay: a host waiting out its delay after a request is being fetched
+  (the crawler may not ask it sooner), so the window's uncovered seconds are those in which no host
+  was fetched at all for longer than the delay (start-up, the gaps between rounds, an idle tail). With
+  d = 0 it is the in-flight share;
 - the *polite bound* at t (:func:`polite_bound`) = the most distinct content pages any crawler keeping
   the host delay and robots.txt could have by ``t0 + t``, even with no start-up, no CPU and answers
   that take no time: per host robots.txt at t0, then one page per delay, up to the host's content
@@ -53,10 +60,12 @@ def pages_per_s(ends: list[float], t0: float, at: float) -> float:
     return sum(1 for e in ends if e <= t0 + at) / at
 
 
-def duty_cycle(lines: list[dict], t0: float, window_s: float) -> float:
-    """Share of [t0, t0 + window_s] with at least one request in flight."""
+def duty_cycle(lines: list[dict], t0: float, window_s: float, slack_s: float = 0.0) -> float:
+    """Share of [t0, t0 + window_s] covered by the requests' [start, end + slack_s] (module docstring:
+    slack 0 is *in flight*, the host delay is *fetch duty*)."""
     lo, hi = t0, t0 + window_s
-    spans = sorted((max(lo, r["start"]), min(hi, r["end"])) for r in lines if r["end"] > lo and r["start"] < hi)
+    spans = sorted((max(lo, r["start"]), min(hi, r["end"] + slack_s)) for r in lines
+                   if r["end"] + slack_s > lo and r["start"] < hi)
     busy, cur_s, cur_e = 0.0, None, None
     for s, e in spans:
         if cur_e is None or s > cur_e:
@@ -103,14 +112,15 @@ class Verdict:
     rates: tuple[float, ...]          # distinct content pages/s at each of ``at``
     pages: int                        # distinct content pages in the window
     requests: int                     # requests started in the window
-    duty: float
+    duty: float                       # in flight
+    fetch_duty: float                 # [start, end + host delay] covered
     violations: Violations
     server_cpu: float | None = None   # the test web's CPU seconds over the run / T (1.0 = one core busy)
 
     def row(self) -> list[str]:
         v = self.violations
         return ([self.name] + [f"{r:.1f}" for r in self.rates]
-                + [str(self.pages), str(self.requests), f"{self.duty:.2f}",
+                + [str(self.pages), str(self.requests), f"{self.duty:.2f}", f"{self.fetch_duty:.2f}",
                    "n/a" if self.server_cpu is None else f"{self.server_cpu:.2f}",
                    str(len(v.too_close)), str(len(v.overlapping)), str(len(v.crowded_addrs)),
                    str(len(v.disallowed)), str(len(v.retry_after)), str(len(v.bait))])
@@ -125,7 +135,8 @@ def judge(name: str, plan: Plan, lines: list[dict], t0: float, window_s: float, 
     traps = {h.name for h in plan.by_kind("trap")}
     v = analyze(inside, host_delay_s, delays, traps, max_in_flight_per_addr=max_in_flight_per_addr)
     return Verdict(name, t0, window_s, at, tuple(pages_per_s(ends, t0, a) for a in at),
-                   sum(1 for e in ends if e <= t0 + window_s), len(inside), duty_cycle(inside, t0, window_s), v)
+                   sum(1 for e in ends if e <= t0 + window_s), len(inside), duty_cycle(inside, t0, window_s),
+                   duty_cycle(inside, t0, window_s, host_delay_s), v)
 
 
 VIOLATION_COLUMNS = ["too close", "overlap", "crowded addr", "robots", "Retry-After", "bait"]
@@ -135,7 +146,7 @@ def table(verdicts: list[Verdict], bound: list[int | None] | None = None) -> str
     """A plain-text table of the verdicts (same ``at`` for all), then the ratio of the first to the last;
     ``bound``: the polite bound (pages) at each ``at``, as a last row and a ratio line."""
     at = verdicts[0].at
-    head = ["crawler"] + [f"pages/s @{a:g}s" for a in at] + ["pages", "requests", "duty", "server cpu"] + VIOLATION_COLUMNS
+    head = ["crawler"] + [f"pages/s @{a:g}s" for a in at] + ["pages", "requests", "in flight", "fetch duty", "server cpu"] + VIOLATION_COLUMNS
     rows = [head] + [v.row() for v in verdicts]
     if bound and all(b is not None for b in bound):
         rows.append(["polite bound"] + [f"{b / a:.1f}" for b, a in zip(bound, at)] + [str(bound[-1])]

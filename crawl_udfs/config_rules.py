@@ -215,6 +215,7 @@ RULES: dict[str, Check] = {
     "generate.discovery_share": SHARE,
     "generate.pipeline": ANY,
     "generate.list_ahead": ANY,
+    "generate.resolve_wait_s": SECONDS,
     "update.engine": one_of("spark", "driver"),
     "update.driver_threads": COUNT,
     "generate.fetch_partitions": COUNT_OR_ZERO,

@@ -4,8 +4,11 @@ Guarantees:
 - A name is looked up first in ``net.hosts_file`` (/etc/hosts format: ``ip name
   [aliases...]``, ``#`` comments, IPv4 and IPv6; a name on several lines gets all
   its addresses, in file order), then through the system resolver
-  (``loop.getaddrinfo``) bounded by ``fetch.dns_timeout_s``. Hosts-file answers
-  never expire within the task.
+  (``socket.getaddrinfo`` on the cache's own pool of ``net.dns_concurrency``
+  threads, not the loop's default executor of cores + 4: a resolver that lets a
+  few queries time out must not queue the others behind them until their own
+  timeout runs out unanswered) bounded by ``fetch.dns_timeout_s``. Hosts-file
+  answers never expire within the task.
 - A resolver answer is cached ``fetch.dns_ttl_s`` seconds (getaddrinfo does
   not expose the record's own TTL, so one fixed TTL is used); a failure (no such
   name, no address, resolver timeout) is cached ``fetch.dns_negative_ttl_s``
@@ -38,6 +41,7 @@ import functools
 import ipaddress
 import socket
 import time
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable, Sequence
@@ -135,9 +139,11 @@ def _norm(name: str) -> str:
     return name.strip().rstrip(".").lower()
 
 
-async def system_lookup(name: str) -> list[str]:
-    """Addresses of ``name`` from the system resolver, in its order, without duplicates."""
-    infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
+async def system_lookup(name: str, executor: Executor | None = None) -> list[str]:
+    """Addresses of ``name`` from the system resolver, in its order, without duplicates (the blocking
+    call runs on ``executor``; None: the loop's default)."""
+    infos = await asyncio.get_running_loop().run_in_executor(
+        executor, functools.partial(socket.getaddrinfo, name, None, type=socket.SOCK_STREAM))
     seen: list[str] = []
     for _family, _type, _proto, _canon, sockaddr in infos:
         if sockaddr[0] not in seen:
@@ -170,6 +176,10 @@ class DnsCache:
         self._negative_ttl = fetch.dns_negative_ttl_s
         self._timeout = fetch.dns_timeout_s
         self._clock = clock
+        self._pool: ThreadPoolExecutor | None = None
+        if lookup is system_lookup:  # each lookup blocks a thread until answered: one per lookup allowed in flight
+            self._pool = ThreadPoolExecutor(max_workers=max(1, int(net.dns_concurrency)), thread_name_prefix="dns")
+            lookup = functools.partial(system_lookup, executor=self._pool)
         self._lookup = lookup
         try:
             self._hosts = parse_hosts(Path(net.hosts_file).read_text("utf-8", "replace")) if net.hosts_file else {}
@@ -222,6 +232,8 @@ class DnsCache:
         for task in list(self._pending.values()):
             task.cancel()
         self._pending.clear()
+        if self._pool is not None:  # a thread still inside getaddrinfo ends when the resolver answers
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class CachingResolver(AbstractResolver):
@@ -274,13 +286,20 @@ class CachingResolver(AbstractResolver):
         await self._cache.close()
 
 
-async def resolve_all(names: Iterable[str], fetch: Section, net: Section, *,
-                      lookup: SystemLookup = system_lookup) -> list[tuple[str, str | None, str | None]]:
+#: The error :func:`resolve_all` gives a name still unanswered when its ``within_s`` ran out.
+PENDING = "dns_pending"
+
+
+async def resolve_all(names: Iterable[str], fetch: Section, net: Section, *, lookup: SystemLookup = system_lookup,
+                      within_s: float | None = None) -> list[tuple[str, str | None, str | None]]:
     """``(name, address, error)`` for each name, as :meth:`CachingResolver.first_address` says.
 
-    At most ``net.dns_concurrency`` lookups in flight; each bounded by ``fetch.dns_timeout_s``.
-    The resolve step before generate (``jobs/resolve.py``) runs this inside its Spark tasks.
+    At most ``net.dns_concurrency`` lookups in flight; each bounded by ``fetch.dns_timeout_s``,
+    and all by ``within_s`` (None: no bound): a name still unanswered then gets error
+    :data:`PENDING`. The resolve step before generate (``jobs/resolve.py``) runs this inside
+    its Spark tasks.
     """
+    names = list(names)
     resolver = CachingResolver(DnsCache(fetch, net, lookup=lookup), AddressGuard(net.allow_private_cidrs))
     sem = asyncio.Semaphore(int(net.dns_concurrency))
 
@@ -288,7 +307,13 @@ async def resolve_all(names: Iterable[str], fetch: Section, net: Section, *,
         async with sem:
             return (name, *await resolver.first_address(name))
 
+    tasks = [asyncio.ensure_future(one(n)) for n in names]
     try:
-        return list(await asyncio.gather(*(one(n) for n in names)))
+        if tasks:
+            await asyncio.wait(tasks, timeout=within_s)
+        return [t.result() if t.done() else (n, None, PENDING) for n, t in zip(names, tasks)]
     finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await resolver.close()

@@ -52,6 +52,9 @@ from crawl_udfs.url_normalize import host_of
 
 #: Park reasons that mean the host cannot be reached at all: its URLs fail, not wait.
 _UNREACHABLE = ("dns", "ssrf_blocked")
+#: Why a task defers a host whose address another task of the round holds (jobs/resolve.py): its
+#: URLs come back untouched and the host is not parked in ``hosts`` (a later round lists it by address).
+ADDRESS_ELSEWHERE = "address_elsewhere"
 
 
 @dataclass
@@ -261,7 +264,8 @@ class TaskHosts:
         r = run.result
         r.next_allowed_at = state.next_allowed_at if state.next_allowed_at not in (None, -math.inf) else None
         r.consecutive_failures = state.consecutive_failures
-        r.parked, r.park_reason = state.parked, state.park_reason
+        parked = state.parked and state.park_reason != ADDRESS_ELSEWHERE  # this task's, not the host's
+        r.parked, r.park_reason = parked, state.park_reason if parked else None
         r.ip = r.ip or state.ip
         r.delay_s = (self.sched.delay_s(run.name) + self.sched.backoff_s(run.name)
                      + max(run.durations, default=0.0))

@@ -74,7 +74,7 @@ from crawl_udfs.classify import rules_for
 from crawl_udfs.config import Config
 from crawl_udfs.event_loop import new_event_loop, quiet_gc
 from crawl_udfs.fetcher import Fetcher, FetchResponse
-from crawl_udfs.host_runs import HostRun, TaskHosts
+from crawl_udfs.host_runs import ADDRESS_ELSEWHERE, HostRun, TaskHosts
 from crawl_udfs.pages import PageWork
 from crawl_udfs.responses import NOT_SENT, header, response_time_s, retry_after
 from crawl_udfs.robots import RobotsPolicy
@@ -108,13 +108,18 @@ class RealClock:
 def fetch_partition(rows: Iterable[FetchItem], conf: Config, *, hosts: Iterable[HostState] = (),
                     warc_dir: str, warc_name: Callable[[int], str], clock: Clock | None = None,
                     retried: bool = False, progress: Callable[[dict], None] | None = None,
+                    addresses_elsewhere: frozenset[str] = frozenset(),
                     ) -> Iterator[FetchResult | HostResult]:
     """Fetch every row politely; yield a FetchResult per row, then a HostResult per host.
 
     ``progress`` gets a snapshot of the task (:meth:`_Task.snapshot`) every
     ``fetch.progress_every_s`` seconds of wall time, from a worker thread, and a last one
-    with ``done`` true; it must not raise (the driver's live line, jobs/progress.py)."""
+    with ``done`` true; it must not raise (the driver's live line, jobs/progress.py).
+    ``addresses_elsewhere``: the addresses other tasks of the round fetch; a host found to
+    resolve to one is deferred untouched (``host_runs.ADDRESS_ELSEWHERE``), so the per-IP
+    cap holds across tasks for hosts generate listed without an address."""
     task = _Task(conf, list(rows), list(hosts), warc_dir, warc_name, clock or RealClock(), retried)
+    task.elsewhere = addresses_elsewhere
     task.progress = progress
     loop = new_event_loop()
     try:
@@ -149,6 +154,7 @@ class _Task:
         self.tail: TailJudge | None = None           # set by run, at the task's start
         self.wake_driver: Callable[[], None] = lambda: None  # set by _drive_loop
         self.progress: Callable[[dict], None] | None = None
+        self.elsewhere: frozenset[str] = frozenset()  # addresses other tasks of the round fetch
         self.started = 0.0
 
     # -- the loop -------------------------------------------------------------------------
@@ -169,7 +175,6 @@ class _Task:
                 reporter = (asyncio.ensure_future(self._report())
                             if self.progress and self.conf.fetch.progress_every_s > 0 else None)
                 try:
-                    await self._resolve_all()
                     await self._drive(deadline)
                 finally:
                     if reporter is not None:
@@ -187,15 +192,16 @@ class _Task:
 
     async def _drive(self, deadline: float) -> None:
         running: set[asyncio.Task] = set()
+        lookups = self._resolve_all()
         try:
-            await self._drive_loop(deadline, running)
+            await self._drive_loop(deadline, running, lookups)
         finally:
             for t in running:
                 t.cancel()
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
 
-    async def _drive_loop(self, deadline: float, running: set) -> None:
+    async def _drive_loop(self, deadline: float, running: set, lookups: asyncio.Future) -> None:
         """Lease what the scheduler allows, then sleep until a request ends or a host falls due.
 
         Each request task wakes the loop through a done-callback (O(1) per request,
@@ -218,6 +224,8 @@ class _Task:
             poke()
 
         self.wake_driver = poke  # a release may make its host due at once (no delay)
+        running.add(lookups)  # the hosts' address lookups: a request slot, ended at the deadline
+        lookups.add_done_callback(done)
 
         while True:
             if self.failed:
@@ -225,6 +233,7 @@ class _Task:
             now = self.clock.now()
             if now >= deadline or self._tail_cut(now):
                 deadline = min(deadline, now)  # the round is over: nothing more starts
+                lookups.cancel()  # a host still unresolved has nothing started: its items drain untouched
             if now < deadline:
                 while len(running) < cap and (lease := self.sched.lease()) is not None:
                     t = loop.create_task(self._handle(*lease))
@@ -281,20 +290,32 @@ class _Task:
         busy.update(run.name for run in self.hosts.runs.values() if run.waiting)
         return len(busy)
 
-    async def _resolve_all(self) -> None:
-        """Learn each host's address first, so the per-IP cap holds from the first request."""
+    def _resolve_all(self) -> asyncio.Future:
+        """Learn each host's address before its first request, so the per-IP cap holds from it.
+
+        Every host is held (:meth:`PolitenessScheduler.hold`) now and released by its own
+        answer, in a task beside the drive loop: a host whose name takes the resolver seconds
+        (or times out, ``fetch.dns_timeout_s``) holds back only itself, not the whole task."""
         sem = asyncio.Semaphore(self.conf.net.dns_concurrency)
+        runs = list(self.hosts.runs.values())
+        for run in runs:
+            self.sched.hold(run.name)
 
         async def one(run: HostRun) -> None:
             async with sem:
                 ip, error = await self.fetcher.resolve(run.name)
-            if ip is not None:
+            if ip is not None and ip in self.elsewhere:  # a task of its own address's would cap it: not this one
+                run.result.ip = ip
+                self.sched.park(run.name, ADDRESS_ELSEWHERE)
+            elif ip is not None:
                 self.sched.set_host(run.name, ip=ip)
                 run.result.ip = ip
             elif error is not None:
                 self.sched.park(run.name, error)
+            self.sched.unhold(run.name)
+            self.wake_driver()
 
-        await asyncio.gather(*(one(run) for run in self.hosts.runs.values()))
+        return asyncio.ensure_future(asyncio.gather(*(one(run) for run in runs)))
 
     # -- one lease ------------------------------------------------------------------------
     async def _handle(self, host: str, item) -> None:

@@ -33,6 +33,10 @@ Guarantees (with the default ``politeness.max_in_flight_per_host = 1``):
   to it later; nothing of it is leased again in this task. It parks when Crawl-delay
   exceeds ``max_crawl_delay_s``, Retry-After exceeds ``max_retry_after_s``, or the
   failure count reaches ``max_consecutive_failures``.
+- **Holding**: a host :meth:`~PolitenessScheduler.hold` was called on keeps its items queued
+  but is never leased until :meth:`~PolitenessScheduler.unhold` (the fetch task holds each
+  host until its address is known, so the per-IP cap holds from its first request while the
+  other hosts are fetched meanwhile).
 - **Every item added comes out exactly once**: by lease, take_deferred or drain.
 - **Fair and cheap.** Ready hosts are leased in order of ``next_allowed_at`` (ties:
   the host queued first), each host's items FIFO. A host blocked only by its IP's cap
@@ -79,7 +83,7 @@ class HostPoliteness:
 
 class _Host:
     __slots__ = ("name", "queue", "next_allowed", "failures", "parked", "park_reason", "crawl_delay",
-                 "ip", "in_flight", "requests", "recent", "last_end", "gen", "where")
+                 "ip", "in_flight", "requests", "recent", "last_end", "gen", "where", "held")
 
     def __init__(self, name: str, window: int):
         self.name = name
@@ -96,6 +100,7 @@ class _Host:
         self.last_end: float | None = None
         self.gen = 0
         self.where = 0
+        self.held = False
 
 
 class PolitenessScheduler:
@@ -169,6 +174,20 @@ class PolitenessScheduler:
         self._pending -= len(h.queue)
         h.queue.clear()
         self._schedule(h)  # unschedules: a parked host is never eligible
+
+    def hold(self, host: str) -> None:
+        """Lease nothing of ``host`` until :meth:`unhold`; its items stay queued (and count as pending)."""
+        h = self._host(host)
+        if not h.held:
+            h.held = True
+            self._schedule(h)
+
+    def unhold(self, host: str) -> None:
+        """Make ``host`` leasable again (under every other rule) after :meth:`hold`."""
+        h = self._host(host)
+        if h.held:
+            h.held = False
+            self._schedule(h)
 
     # -- the loop -----------------------------------------------------------------
     def lease(self) -> tuple[str, Any] | None:
@@ -253,7 +272,7 @@ class PolitenessScheduler:
         """Earliest time (never before now) at which :meth:`lease` could return an item.
 
         None when nothing is queued, or every queued host waits on a request in flight
-        (its own cap or its IP's): then only a release can make progress.
+        (its own cap or its IP's) or is held: then only a release or an unhold can make progress.
         """
         now = self._clock()
         ready = self._ready
@@ -340,7 +359,7 @@ class PolitenessScheduler:
         after any change to it, free slots of that IP are handed on again.
         """
         h.gen += 1
-        if h.parked or not h.queue or h.in_flight >= self._host_cap:
+        if h.parked or h.held or not h.queue or h.in_flight >= self._host_cap:
             h.where = 0
         else:
             self._seq += 1

@@ -24,6 +24,11 @@ Guarantees:
   column into ``n_partitions`` tasks, so a task sees all rows of its hosts
   before it starts (the politeness loop wants every host up front) and task
   ``p`` fetches exactly fetch partition ``p`` (see :func:`partition_keys`).
+- **The per-IP cap across tasks.** Generate puts the hosts of one address in one task. A
+  host it listed without an address (no answer within ``generate.resolve_wait_s``) is
+  looked up by its task, which defers it untouched if the answer is an address the round
+  gave another task: each task gets the round's addresses and their partitions
+  (:func:`addresses`) when such hosts exist.
 - **Only committed WARC files survive** (:mod:`jobs.warc_staging`): tasks stage
   their files per attempt; the driver promotes those the committed rows name.
 
@@ -135,12 +140,13 @@ class FetchTask:
     """
 
     def __init__(self, conf: Config, round_no: int, warc_root: str, *, retried: bool = False,
-                 progress_dir: str | None = None, store=None):
+                 progress_dir: str | None = None, store=None, addresses: dict[str, int] | None = None):
         """``progress_dir``: where the task's progress snapshots go for the driver's live line
         (:mod:`jobs.progress`; None: none written). ``store``: the object store's
-        :class:`~jobs.object_store.S3Options`, resolved in the driver (a task has not its environment)."""
+        :class:`~jobs.object_store.S3Options`, resolved in the driver (a task has not its environment).
+        ``addresses``: ip -> fetch partition of the round's hosts with an address (:func:`addresses`)."""
         self.conf, self.round_no, self.warc_root, self.retried = conf, round_no, warc_root, retried
-        self.progress_dir, self.store = progress_dir, store
+        self.progress_dir, self.store, self.addresses = progress_dir, store, addresses or {}
 
     def __call__(self, batches: Iterator) -> Iterator:
         from pyspark import TaskContext
@@ -156,10 +162,11 @@ class FetchTask:
         try:
             faults.task_point(attempt)
             report = progress.TaskProgress(self.progress_dir, pid, attempt, self.store) if self.progress_dir else None
+            elsewhere = frozenset(ip for ip, p in self.addresses.items() if p != pid)
             results = list(fetch_partition(
                 items, self.conf, hosts=hosts, warc_dir=tmp,
                 warc_name=partial(warc_staging.warc_name, self.conf.warc.prefix, self.round_no, pid),
-                retried=self.retried or attempt > 0, progress=report))
+                retried=self.retried or attempt > 0, progress=report, addresses_elsewhere=elsewhere))
             staging = warc_staging.attempt_dir(self.warc_root, self.round_no, ctx.stageId(), pid, attempt)
             files = sorted(os.path.join(tmp, f) for f in os.listdir(tmp))
             if files:
@@ -246,6 +253,17 @@ def output_batch(results, round_no: int, part_of: dict[str, int], staging: str |
 
 
 # -- the job --------------------------------------------------------------------------------------
+def addresses(fetch_list, hosts) -> dict[str, int]:
+    """ip -> fetch partition of the round's hosts that have an address (one small collect). Generate
+    puts the hosts of one address in one partition, so each address has one."""
+    from pyspark.sql import functions as F
+
+    rows = (fetch_list.select("host", F.col("partition").cast("int").alias("partition")).distinct()
+            .join(hosts.select("host", "ip").where(F.col("ip").isNotNull()), "host")
+            .select("ip", "partition").distinct().collect())
+    return {r.ip: r.partition for r in rows}
+
+
 def round_counts(spark, conf: Config, round_no: int) -> dict[str, int]:
     """The round's fetch counters (``schemas/counters.py``), from its committed ``fetch_output`` rows
     (one small query)."""
@@ -302,7 +320,7 @@ def run(spark, conf: Config, *, round_no: int | None = None, row: dict | None = 
         if not committed:
             if not resumed:
                 row = ledger.set_state(spark, conf, n, "fetching", old=row)
-            _fetch(spark, conf, n, int(row["n_partitions"] or 1), retried=resumed)
+            _fetch(spark, conf, n, int(row["n_partitions"] or 1), retried=resumed, row=row)
             faults.point("fetch.after_write")
         warc = _promote(spark, conf, n)
         counts = round_counts(spark, conf, n)
@@ -312,7 +330,7 @@ def run(spark, conf: Config, *, round_no: int | None = None, row: dict | None = 
             **counts, "warc": warc, "seconds": seconds, "row": row}
 
 
-def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> None:
+def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool, row: dict) -> None:
     """The one action over the fetch lineage: write round N of fetch_output."""
     from pyspark.sql import functions as F
 
@@ -334,7 +352,11 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool) -> 
             delay_window_s=generate.delay_window_s(conf))}
     live_dir = progress.round_dir(common.root(conf), n) if conf.fetch.progress_every_s > 0 else None
     store = common.store(conf)
-    task = FetchTask(conf, n, common.warc_root(conf), retried=retried, progress_dir=live_dir, store=store)
+    # Rounds listed before the counter existed have no figure: their addresses are collected too.
+    unresolved = (row.get("counts") or {}).get("generated_unresolved_hosts")
+    claimed = addresses(fetch_list, hosts) if unresolved is None or unresolved > 0 else None
+    task = FetchTask(conf, n, common.warc_root(conf), retried=retried, progress_dir=live_dir, store=store,
+                     addresses=claimed)
     out = fetch_input(fetch_list, hosts, n_partitions, **follow).mapInArrow(task, FETCH_OUTPUT)
     batch_rows = {"spark.sql.execution.arrow.maxRecordsPerBatch": str(conf.fetch.arrow_batch_rows)}
     live = progress.LiveLine(live_dir, n, n_partitions, conf.fetch.progress_every_s, store=store)

@@ -59,7 +59,7 @@ selected rows, counts them once and writes them from the cache.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from crawl_udfs.config import Config, ConfigError
 from jobs import common, faults, ledger, list_ahead, pending_round, priority, resolve
@@ -317,17 +317,27 @@ def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: boo
         if agg.n == 0:
             return {"round": None, "generated": 0}
     counts = counters.checked("generate", {"generated": agg.n, "generated_discovery": agg.d,
-                                           "generated_recrawl": agg.n - agg.d, "generated_hosts": agg.h})
+                                           "generated_recrawl": agg.n - agg.d, "generated_hosts": agg.h,
+                                           "generated_unresolved_hosts": agg.unresolved})
     written = ledger.set_state(spark, conf, n, "generated", counts=counts, seconds={"generate": timer.seconds},
                                old=st.row, n_partitions=n_partitions)
     return {"round": n, "resumed": False, "n_partitions": n_partitions, **counts, "row": written,
             "pending": pending, "listed_ahead": listed_ahead}
 
 
+class Listed(NamedTuple):
+    """What :func:`_write_list` listed: URLs, of them discovery, hosts, of them without an address."""
+
+    n: int
+    d: int
+    h: int
+    unresolved: int
+
+
 def _write_list(spark, conf: Config, n: int, now, pending: dict | None, ahead=None):
     """Select round ``n``'s fetch list (beside round ``pending`` when pipelined, from ``ahead``'s
     staged rows when usable), write it unless it is empty; returns its counts (``n``, ``d``
-    discovery, ``h`` hosts) and whether ``ahead`` was used."""
+    discovery, ``h`` hosts, ``unresolved`` of them listed without an address) and whether ``ahead`` was used."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -352,14 +362,16 @@ def _write_list(spark, conf: Config, n: int, now, pending: dict | None, ahead=No
                            F.coalesce(F.sum(F.col("discovery").cast("long")), F.lit(0)).alias("d"),
                            F.countDistinct("host").alias("h"), resolve.unknown_hosts().alias("unknown")).collect()[0]
         if agg.n:
-            listed = with_addresses(selected, resolve.run(spark, conf, agg.unknown)["addresses"], n_partitions)
+            addresses = resolve.run(spark, conf, agg.unknown)["addresses"]
+            listed = with_addresses(selected, addresses, n_partitions)
             out = common.conform(listed.withColumn("round", F.lit(n)), TABLES["fetch_list"])
             (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
              .save(common.table_path(conf, "fetch_list")))
             faults.point("generate.after_write")
     finally:
         selected.unpersist()
-    return agg, used
+    unresolved = len(agg.unknown) - len(addresses) if agg.n else 0
+    return Listed(agg.n, agg.d, agg.h, unresolved), used
 
 
 def _round_rows(spark, conf: Config, name: str, row: dict):

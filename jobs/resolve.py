@@ -18,7 +18,13 @@ it writes it):
    (``net.hosts_file``), then the system resolver bounded by ``fetch.dns_timeout_s``,
    at most ``net.dns_concurrency`` lookups in flight, and the SSRF guard
    (``net.allow_private_cidrs``), exactly as a fetch task resolves. No lookup happens in
-   the driver or in a partitioner (STYLE.md rule 4).
+   the driver or in a partitioner (STYLE.md rule 4). The step waits at most
+   ``generate.resolve_wait_s`` for all answers: a name the resolver is slow over
+   (``fetch.dns_timeout_s`` is seconds) must not hold every host's round. A name still
+   unanswered then is written nowhere and listed by name; its fetch task looks it up
+   before its first request and defers it untouched when the address is one the round
+   placed in another task (``crawl_udfs.host_runs.ADDRESS_ELSEWHERE``), so the per-IP cap
+   still holds across tasks; its ``hosts.ip`` comes from that task's answer.
 3. The addresses written to ``hosts``: a missing row is appended (counters 0,
    ``updated_round`` 0, so the round's update still merges into it); an existing row with
    ``ip`` null gets the address by a MERGE, run only when there is such a row. In a first
@@ -74,15 +80,17 @@ class ResolveTask:
     """The ``mapInArrow`` function: :func:`unknown_hosts` rows in, RESOLVED_COLUMNS + ``has_row`` out
     (pickles: two Sections)."""
 
-    def __init__(self, conf: Config):
-        self.fetch, self.net = conf.fetch, conf.net
+    def __init__(self, conf: Config, lookup=None):
+        """``lookup``: the system resolver's stand-in (tests; picklable by reference), None: the real one."""
+        self.fetch, self.net, self.wait_s = conf.fetch, conf.net, float(conf.generate.resolve_wait_s)
+        self.lookup = lookup
 
     def __call__(self, batches: Iterator) -> Iterator:
         import asyncio
 
         import pyarrow as pa
 
-        from crawl_udfs.dns import resolve_all
+        from crawl_udfs.dns import resolve_all, system_lookup
 
         names, has_row = [], []
         for b in batches:
@@ -90,26 +98,31 @@ class ResolveTask:
             has_row += b.column("has_row").to_pylist()
         if not names:
             return
-        rows = asyncio.run(resolve_all(names, self.fetch, self.net))  # in the order of ``names``
+        rows = asyncio.run(resolve_all(names, self.fetch, self.net, lookup=self.lookup or system_lookup,
+                                       within_s=self.wait_s))  # in ``names``' order
         yield pa.RecordBatch.from_arrays([pa.array(list(c), pa.string()) for c in zip(*rows)]
                                          + [pa.array(has_row, pa.bool_())], names=[*RESOLVED_COLUMNS, "has_row"])
 
 
-def run(spark, conf: Config, unknown) -> dict[str, Any]:
+def run(spark, conf: Config, unknown, *, lookup=None) -> dict[str, Any]:
     """Look up ``unknown`` (rows of :func:`unknown_hosts`: ``host``, ``has_host_row``) in Spark tasks and
-    write ``hosts.ip`` / ``resolve_error``. Returns the counts and ``addresses``: host -> ip of those found."""
+    write ``hosts.ip`` / ``resolve_error``. Returns the counts and ``addresses``: host -> ip of those found
+    (``pending_hosts``: names unanswered within ``generate.resolve_wait_s``, not written)."""
     from pyspark.sql.types import BooleanType, StructField, StructType, StringType
 
     from jobs.generate import fetch_partitions
 
+    from crawl_udfs.dns import PENDING
+
     unknown = sorted((r["host"], bool(r["has_host_row"])) for r in unknown)
     if not unknown:
-        return {"resolved_hosts": 0, "unresolved_hosts": 0, "addresses": {}}
+        return {"resolved_hosts": 0, "unresolved_hosts": 0, "pending_hosts": 0, "addresses": {}}
     schema = StructType([StructField(c, StringType()) for c in RESOLVED_COLUMNS]
                         + [StructField("has_row", BooleanType())])
     names = spark.createDataFrame(unknown, "host string, has_row boolean")
-    resolved = (names.repartition(min(len(unknown), fetch_partitions(spark, conf)))
-                .mapInArrow(ResolveTask(conf), schema).collect())  # one row a host: small
+    answered = (names.repartition(min(len(unknown), fetch_partitions(spark, conf)))
+                .mapInArrow(ResolveTask(conf, lookup), schema).collect())  # one row a host: small
+    resolved = [r for r in answered if r.resolve_error != PENDING]
     new = [r for r in resolved if not r.has_row]
     old = [r for r in resolved if r.has_row]
     if new:
@@ -122,4 +135,4 @@ def run(spark, conf: Config, unknown) -> dict[str, Any]:
          .execute())
     addresses = {r.host: r.ip for r in resolved if r.ip is not None}
     return {"resolved_hosts": len(addresses), "unresolved_hosts": len(resolved) - len(addresses),
-            "addresses": addresses}
+            "pending_hosts": len(answered) - len(resolved), "addresses": addresses}

@@ -42,6 +42,9 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("generated_discovery", "generate", "of them, never fetched before"),
     Counter("generated_recrawl", "generate", "of them, fetched before (re-fetches)"),
     Counter("generated_hosts", "generate", "distinct hosts in the fetch list"),
+    Counter("generated_unresolved_hosts", "generate", "of them, listed without an address (no answer, or none "
+                                                      "within generate.resolve_wait_s): their fetch task looks "
+                                                      "them up and defers one whose address another task holds"),
     Counter("pages", "fetch", "page rows the fetch tasks returned (one per fetch-list URL, one per URL followed)"),
     Counter("in_round_pages", "fetch", "of them, URLs followed inside the round and tried (fetch.follow_in_round)"),
     Counter("pages_ok", "fetch", "pages with outcome ok (the same as fetched_ok, kept for readers of the ledger)"),

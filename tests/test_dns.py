@@ -241,3 +241,52 @@ def test_resolve_all_guards_answers_and_bounds_concurrency(tmp_path):
                         ("nowhere.example", None, "dns"),
                         ("203.0.113.9", None, "ssrf_blocked")]  # a literal goes through the guard too
     assert fake.peak == 3
+
+
+def test_system_lookups_run_side_by_side_up_to_dns_concurrency(tmp_path, monkeypatch):
+    """A resolver that answers some queries only after seconds must not hold the others: each lookup
+    allowed in flight gets a thread of its own (the loop's default executor has cores + 4)."""
+    import threading
+    import time
+
+    from crawl_udfs import dns
+
+    names = [f"slow{i}.example" for i in range(24)]
+    lock, seen = threading.Lock(), {"now": 0, "peak": 0}
+
+    def slow_getaddrinfo(name, port, type=0):  # a resolver that takes 0.3 s a query, like a lost packet's retry
+        with lock:
+            seen["now"] += 1
+            seen["peak"] = max(seen["peak"], seen["now"])
+        time.sleep(0.3)
+        with lock:
+            seen["now"] -= 1
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("8.8.8.8", 0))]
+
+    monkeypatch.setattr(dns.socket, "getaddrinfo", slow_getaddrinfo)
+    conf = _conf(tmp_path, net__dns_concurrency=24)
+    started = time.monotonic()
+    got = asyncio.run(resolve_all(names, conf.fetch, conf.net))
+    took = time.monotonic() - started
+    assert got == [(n, "8.8.8.8", None) for n in names]
+    assert seen["peak"] == 24          # all in flight at once; the default executor gives 2 cores 6
+    assert took < 0.3 * 3              # one round of queries, not four waves
+
+
+def test_resolve_all_gives_names_unanswered_within_the_wait_as_pending(tmp_path):
+    """The resolve step before generate waits ``generate.resolve_wait_s`` at most (jobs/resolve.py)."""
+    from crawl_udfs.dns import PENDING
+
+    conf = _conf(tmp_path, fetch__dns_timeout_s=5.0)
+
+    async def lookup(name):
+        await asyncio.sleep(2.0 if name.startswith("slow") else 0.0)
+        return ["8.8.8.8"]
+
+    import time
+    started = time.monotonic()
+    got = asyncio.run(resolve_all(["slow.example", "quick.example", "two.example"], conf.fetch, conf.net,
+                                  lookup=lookup, within_s=0.3))
+    assert time.monotonic() - started < 1.0
+    assert got == [("slow.example", None, PENDING), ("quick.example", "8.8.8.8", None),
+                   ("two.example", None, "ssrf_blocked")]   # the hosts file answers at once

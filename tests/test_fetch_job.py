@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
@@ -372,6 +373,34 @@ class _Ctx:
         return self.s
 
 
+def test_a_task_defers_a_host_whose_address_the_round_gave_another_task(spark, tmp_path):
+    """A host listed by name (no address within generate.resolve_wait_s) that resolves to an address
+    generate put in another partition is deferred untouched: two tasks would each allow it the per-IP cap."""
+    from tests.test_generate import host_row
+
+    with TestWeb(tmp_path / "web", n_hosts=8, seed=4, kinds=["site"]) as web:
+        conf = _conf(tmp_path / "crawl", web)
+        urls = web.seeds()[:2]
+        rows = _list_rows(urls, 2)
+        taken = rows[0]["host"]
+        addr = web.plan.hosts[taken].address
+        other = dict(rows[0], host="other.test", url="http://other.test/", url_fp=1, partition=1)  # same address
+        claimed = fetch.addresses(spark.createDataFrame(rows + [other], FETCH_LIST),
+                                  spark.createDataFrame([host_row("other.test", ip=addr)], HOSTS))
+        assert claimed == {addr: 1}
+        batches = fetch.fetch_input(spark.createDataFrame(rows, FETCH_LIST), spark.createDataFrame([], HOSTS),
+                                    1).toArrow().to_batches()
+        task = fetch.FetchTask(conf, 2, common.warc_root(conf), addresses=claimed)
+        out = pa.Table.from_batches(list(task.run(iter(batches), _Ctx(0, 0)))).to_pylist()
+        asked = {line["host"] for line in web.log()}
+        only = [b.filter(pa.compute.equal(b.column("host"), taken)) for b in batches]
+        owner = pa.Table.from_batches(list(task.run(iter(only), _Ctx(1, 0)))).to_pylist()  # the address's task
+    pages = {r["host"]: r for r in out if r["kind"] == "page"}
+    assert (pages[taken]["outcome"], pages[taken]["error_class"]) == ("deferred", "address_elsewhere")
+    assert pages[rows[1]["host"]]["outcome"] == "ok" and asked == {rows[1]["host"]}
+    assert [r["outcome"] for r in owner if r["kind"] == "page"] == ["ok"]
+
+
 def test_retried_attempt_waits_and_only_its_files_are_promoted(spark, tmp_path):
     """Attempt 0 fetches and stages its WARC files, then "fails" (its rows are never committed);
     attempt 1 runs at once: it must not burst, and only its files end up in warc/."""
@@ -412,7 +441,7 @@ def test_a_round_found_fetching_is_resumed_with_every_task_retried(spark, fetche
     """State ``fetching`` with nothing committed = a crash mid-fetch: refetch, each task waiting a host delay."""
     conf, calls = fetched["conf"], []
     ledger.set_state(spark, conf, 2, "fetching", n_partitions=2)
-    monkeypatch.setattr(fetch, "_fetch", lambda spark, conf, n, k, *, retried: calls.append((n, k, retried)))
+    monkeypatch.setattr(fetch, "_fetch", lambda spark, conf, n, k, *, retried, row: calls.append((n, k, retried)))
     out = fetch.run(spark, conf)
     assert calls == [(2, 2, True)] and out["resumed"] is True and out["refetched"] is True
     assert ledger.get_round(spark, conf, 2)["state"] == "fetched"

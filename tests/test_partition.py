@@ -194,6 +194,56 @@ def test_budget_leaves_untouched_urls_unattempted(tmp_path):
             assert r.url.split(str(web.port), 1)[1] not in requested
 
 
+def test_a_host_whose_name_resolves_slowly_holds_back_only_itself(tmp_path, monkeypatch):
+    """The task learns each host's address before its first request (the per-IP cap), but each host
+    waits for its own answer: a name the resolver takes seconds over does not delay the others."""
+    import socket
+    import time
+
+    from crawl_udfs import dns
+
+    real = dns.socket.getaddrinfo
+
+    def slow_getaddrinfo(name, *args, **kw):
+        if name.endswith(".slow-dns.test"):
+            time.sleep(2.0)
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(name, *args, **kw)
+
+    monkeypatch.setattr(dns.socket, "getaddrinfo", slow_getaddrinfo)
+    with TestWeb(tmp_path / "web", n_hosts=6, seed=5, kinds=["site"]) as web:
+        conf = _conf(web)
+        urls = list(map(normalize, web.seeds()[:4])) + [f"http://a.slow-dns.test:{web.port}/", f"http://b.slow-dns.test:{web.port}/x"]
+        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in urls]
+        started = time.time()
+        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"d-{i}.warc.gz"))
+        first = min(line["start"] for line in web.log())
+        results = {r.url: r for r in out if isinstance(r, FetchResult)}
+    assert first - started < 1.5                       # the resolvable hosts did not wait the 2 s
+    assert all(results[u].outcome == "ok" for u in urls[:4])
+    assert {results[u].error_class for u in urls[4:]} == {"dns"}
+
+
+def test_a_host_whose_address_another_task_holds_is_deferred_untouched(tmp_path):
+    """Generate listed the host without an address, so by name: if its address is one the round gave
+    another task, fetching it here would break the per-IP cap across tasks. It waits a round."""
+    with TestWeb(tmp_path / "web", n_hosts=6, seed=5, kinds=["site"]) as web:
+        conf = _conf(web)
+        urls = list(map(normalize, web.seeds()[:3]))
+        items = [FetchItem(url=u, url_fp=fingerprint(u), host=host_of(u)) for u in urls]
+        taken = items[0].host
+        addr = web.plan.hosts[taken].address
+        out = list(fetch_partition(items, conf, warc_dir=str(tmp_path / "w"), warc_name=lambda i: f"e-{i}.warc.gz",
+                                   addresses_elsewhere=frozenset({addr})))
+        asked = {line["host"] for line in web.log()}
+    results = {r.url: r for r in out if isinstance(r, FetchResult)}
+    hosts = {h.host: h for h in out if isinstance(h, HostResult)}
+    assert (results[urls[0]].outcome, results[urls[0]].error_class) == ("deferred", "address_elsewhere")
+    assert taken not in asked and asked == {i.host for i in items[1:]}
+    assert all(results[u].outcome == "ok" for u in urls[1:])
+    assert hosts[taken].ip == addr and not hosts[taken].parked and hosts[taken].park_reason is None
+
+
 def test_retried_task_does_not_burst(tmp_path):
     """A retried task (or the next round) waits the host delay before its first request."""
     with TestWeb(tmp_path / "web", n_hosts=15, seed=5, kinds=["site"]) as web:

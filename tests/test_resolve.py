@@ -70,11 +70,11 @@ def _append(spark, c, name, rows, schema):
         .save(common.table_path(c, name))
 
 
-def _run(spark, conf):
+def _run(spark, conf, lookup=None):
     """resolve.run on the hosts generate would list now without an address, as generate calls it."""
     listed = generate.selection(common.read(spark, conf, "crawldb"), common.read(spark, conf, "hosts"), conf,
                                 now=NOW, n_partitions=N_PARTITIONS)
-    got = resolve.run(spark, conf, listed.agg(resolve.unknown_hosts().alias("u")).collect()[0].u)
+    got = resolve.run(spark, conf, listed.agg(resolve.unknown_hosts().alias("u")).collect()[0].u, lookup=lookup)
     return {k: v for k, v in got.items() if k != "addresses"}
 
 
@@ -86,7 +86,7 @@ def test_run_writes_addresses_once(spark, conf):
     _append(spark, conf, "hosts", [host_row("charlie.test", pages_fetched=3),
                                    host_row("known.test", ip="127.10.9.9")], HOSTS)
 
-    assert _run(spark, conf) == {"resolved_hosts": 4, "unresolved_hosts": 2}
+    assert _run(spark, conf) == {"resolved_hosts": 4, "unresolved_hosts": 2, "pending_hosts": 0}
     hosts = {r.host: r for r in common.read(spark, conf, "hosts").collect()}
     assert {h: hosts[h].ip for h in SHARED} == dict.fromkeys(SHARED, "127.10.0.7")
     assert hosts["charlie.test"].pages_fetched == 3                        # the old row kept, ip added
@@ -96,7 +96,7 @@ def test_run_writes_addresses_once(spark, conf):
     assert all(hosts[h].resolve_error is None for h in SHARED)
 
     # idempotent: only the hosts that found no address are tried again, to the same answer
-    assert _run(spark, conf) == {"resolved_hosts": 0, "unresolved_hosts": 2}
+    assert _run(spark, conf) == {"resolved_hosts": 0, "unresolved_hosts": 2, "pending_hosts": 0}
     assert {r.host: (r.ip, r.resolve_error) for r in common.read(spark, conf, "hosts").collect()} == \
         {h: (r.ip, r.resolve_error) for h, r in hosts.items()}
 
@@ -112,11 +112,30 @@ def test_generate_resolves_first_so_shared_addresses_share_a_task(spark, conf):
     assert ledger.get_round(spark, conf, 1)["state"] == "generated"
 
 
+async def slow_resolver(name: str) -> list[str]:
+    """A system resolver that takes 3 s over names starting with "slow" (run in the resolve tasks)."""
+    import asyncio
+    await asyncio.sleep(3.0 if name.startswith("slow") else 0.0)
+    return ["127.10.0.9"]
+
+
+def test_names_unanswered_within_the_wait_are_written_nowhere(spark, conf):
+    """``generate.resolve_wait_s`` bounds the step: a name not answered by then keeps no row and no
+    error (its fetch task looks it up), and the next round tries it again."""
+    _append(spark, conf, "crawldb", [url_row(f"http://{h}/") for h in ("slow1.test", "slow2.test", "quick.test")],
+            CRAWLDB)
+    hurried = conf.with_overrides(generate__resolve_wait_s=0.5)
+    assert _run(spark, hurried, slow_resolver) == {"resolved_hosts": 1, "unresolved_hosts": 0, "pending_hosts": 2}
+    assert {r.host: r.ip for r in common.read(spark, conf, "hosts").collect()} == {"quick.test": "127.10.0.9"}
+    patient = conf.with_overrides(generate__resolve_wait_s=30.0)
+    assert _run(spark, patient, slow_resolver) == {"resolved_hosts": 2, "unresolved_hosts": 0, "pending_hosts": 0}
+
+
 def test_nothing_unknown_writes_nothing(spark, conf):
     _append(spark, conf, "crawldb", [url_row("http://known.test/")], CRAWLDB)
     _append(spark, conf, "hosts", [host_row("known.test", ip="127.10.0.8")], HOSTS)
     commits = sorted(Path(common.table_path(conf, "hosts"), "_delta_log").glob("*.json"))
-    assert _run(spark, conf) == {"resolved_hosts": 0, "unresolved_hosts": 0}
+    assert _run(spark, conf) == {"resolved_hosts": 0, "unresolved_hosts": 0, "pending_hosts": 0}
     assert sorted(Path(common.table_path(conf, "hosts"), "_delta_log").glob("*.json")) == commits
 
 
@@ -125,7 +144,7 @@ def test_hosts_never_seen_are_appended_without_a_merge(spark, conf):
     a dozen Spark jobs more before the first request (bench/first_request.py)."""
     _append(spark, conf, "crawldb", [url_row(f"http://{h}/") for h in SHARED], CRAWLDB)
     before = common.table(spark, conf, "hosts").history().count()
-    assert _run(spark, conf) == {"resolved_hosts": 4, "unresolved_hosts": 0}
+    assert _run(spark, conf) == {"resolved_hosts": 4, "unresolved_hosts": 0, "pending_hosts": 0}
     ops = [r.operation for r in common.table(spark, conf, "hosts").history().orderBy("version").collect()]
     assert ops[before:] == ["WRITE"]
     assert {r.host: r.ip for r in common.read(spark, conf, "hosts").collect()} == dict.fromkeys(SHARED, "127.10.0.7")

@@ -380,6 +380,29 @@ def test_caller_park():
     assert sched.lease() == ("b", 1) and sched.lease() is None
 
 
+def test_a_held_host_keeps_its_items_and_is_leased_only_once_unheld():
+    sched, clock = make(host_delay_s=1.0, max_in_flight_per_ip=1)
+    sched.add("a", 1), sched.add("a", 2), sched.add("b", 1)
+    sched.hold("a")                                    # its address is being looked up
+    assert sched.lease() == ("b", 1) and sched.lease() is None
+    assert sched.pending() == 2 and sched.host_state("a").queued == 2
+    sched.release("b", response_time_s=0.0, status=200)
+    assert sched.next_wakeup() is None                 # only the unhold can make progress
+    sched.set_host("a", ip="10.0.0.1")
+    sched.add("c", 1), sched.set_host("c", ip="10.0.0.1")
+    sched.hold("c")
+    sched.unhold("a")
+    assert sched.lease() == ("a", 1)                   # its per-IP cap holds from its first request
+    sched.unhold("c")
+    assert sched.lease() is None                       # c shares a's address, whose one slot is taken
+    sched.hold("a"), sched.release("a", response_time_s=0.0, status=200)
+    assert sched.lease() == ("c", 1)                   # the slot passed on; a stays held
+    clock.advance(5.0)
+    assert sched.lease() is None and sched.pending() == 1
+    sched.park("a", "dns")                             # a lookup that failed: the items go to deferred
+    assert sched.take_deferred() == [(2, "dns")] and sched.pending() == 0
+
+
 # -- not_before ---------------------------------------------------------------------------------
 def test_not_before():
     sched, clock = make(host_delay_s=1.0)

@@ -59,6 +59,15 @@ def test_duty_cycle_is_the_union_of_requests_in_flight_clipped_to_the_window():
     assert vs_judge.duty_cycle([], T0, 100) == 0.0
 
 
+def test_fetch_duty_counts_a_host_waiting_its_delay_as_fetched_and_a_longer_gap_as_idle():
+    polite = [rec("a", f"/{i}", T0 + i, T0 + i + 0.001) for i in range(30)]      # one page a second for 30 s
+    later = [rec("a", f"/{i}", T0 + i, T0 + i + 0.001) for i in range(50, 60)]   # 20 s idle, then 10 s more
+    lines = polite + later
+    assert vs_judge.duty_cycle(lines, T0, 60) == pytest.approx(40 * 0.001 / 60)  # in flight: the server's speed
+    assert vs_judge.duty_cycle(lines, T0, 60, slack_s=1.0) == pytest.approx(40 / 60, abs=1e-3)
+    assert vs_judge.duty_cycle(lines, T0, 60, slack_s=0.5) == pytest.approx(40 * 0.501 / 60, abs=1e-3)
+
+
 def test_judge_counts_only_requests_started_inside_the_window(plan):
     h, (path, *_) = html_pages(plan)
     lines = [rec(h.name, "/", T0 + 1, T0 + 2), rec(h.name, path, T0 + 2.2, T0 + 3),  # 0.2 s gap: too close
