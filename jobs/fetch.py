@@ -109,7 +109,7 @@ def fetch_input(fetch_list, hosts, n_partitions: int, *, crawldb=None, follow_ca
           for c in HOST_COLUMNS + FOLLOW_COLUMNS])
     item_types = dict((f.name, f.dataType) for f in items.schema.fields)
     host_part = fetch_list.select("host", F.col("partition").cast("int").alias("partition")).distinct()
-    host_rows = hosts.join(host_part, "host")
+    host_rows = hosts.join(F.broadcast(host_part), "host")  # the round's hosts: a few thousand rows
     if crawldb is None or follow_cap is None:
         follow = [F.lit(None).cast(FOLLOW_TYPES[c]).alias(c) for c in FOLLOW_COLUMNS]
     else:
@@ -358,7 +358,10 @@ def _fetch(spark, conf: Config, n: int, n_partitions: int, *, retried: bool, row
     task = FetchTask(conf, n, common.warc_root(conf), retried=retried, progress_dir=live_dir, store=store,
                      addresses=claimed)
     out = fetch_input(fetch_list, hosts, n_partitions, **follow).mapInArrow(task, FETCH_OUTPUT)
-    batch_rows = {"spark.sql.execution.arrow.maxRecordsPerBatch": str(conf.fetch.arrow_batch_rows)}
+    # Static plans (common.STATIC_PLANS): one job a stage, where adaptive execution ran one an exchange,
+    # ~30 small jobs between the list and the first request.
+    batch_rows = {"spark.sql.execution.arrow.maxRecordsPerBatch": str(conf.fetch.arrow_batch_rows),
+                  **common.STATIC_PLANS}
     live = progress.LiveLine(live_dir, n, n_partitions, conf.fetch.progress_every_s, store=store)
     with common.session_conf(spark, batch_rows), live:
         (out.write.format("delta").mode("overwrite").option("replaceWhere", f"round = {n}")
