@@ -123,6 +123,10 @@ def judge_rep(records: list[dict], live, times: dict, rep: int, a) -> list[dict]
             rows.append({"rep": rep, "policy": p, "error": "a live page was never fetched: more rounds"})
             continue
         t0 = max(fs[0] for fs in fetches.values())  # from when every page has a copy (the first N / cap rounds)
+        t0 += a.settle  # and, with --settle, once the estimates had that long to learn (every policy alike)
+        if t0 >= t["t1"]:
+            rows.append({"rep": rep, "policy": p, "error": "--settle leaves no window"})
+            continue
         j = S.judge(live, fetches, t0, t["t1"])
         ref = S.references(live, j.fetches_per_s, t0, t["t1"])
         n304 = sum(1 for r in records if r.get("kind") == "live" and f"bench-{p}" in r.get("ua", "")
@@ -206,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", help="keep the crawls under this directory")
     ap.add_argument("--judge", type=Path, help="only judge the reps kept under this directory again")
     ap.add_argument("--until", type=float, help="with --judge: judge up to this epoch time (crawls stopped early)")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="judge from this many seconds after every page holds a copy (the rate estimates' "
+                         "learning left out of the window, for every policy alike)")
     a = ap.parse_args(argv)
     a.policies = tuple(a.policies.split(","))
     base = Path(a.keep or tempfile.mkdtemp(prefix="schedule-bench-"))

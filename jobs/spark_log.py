@@ -75,8 +75,16 @@ def missing_packages(packages: str, extra: list[str]) -> list[str]:
     return out
 
 
+def _mtime(path: str) -> float:
+    """``path``'s modification time; 0 when it is gone (another command starting beside this one pruned it)."""
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
+
+
 def _prune(log_dir: Path) -> None:
-    logs = sorted(glob.glob(str(log_dir / "*.log")), key=os.path.getmtime)
+    logs = sorted(glob.glob(str(log_dir / "*.log")), key=_mtime)
     for old in logs[:max(0, len(logs) - KEEP_LOGS + 1)]:
         try:
             os.remove(old)

@@ -6,6 +6,7 @@ tests/test_errors.py::test_unreachable_storage_root.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import sys
@@ -44,6 +45,24 @@ def test_old_logs_are_pruned(tmp_path):
     with spark_log.jvm_output(conf, "init", jvm_running=False):
         pass
     assert len(list(tmp_path.glob("*.log"))) == spark_log.KEEP_LOGS
+
+
+def test_a_log_pruned_by_a_command_starting_beside_this_one_is_no_error(tmp_path, monkeypatch):
+    """Two commands started together both prune: a file the other removed between the listing and the
+    sort must not fail this one (it did, as a "storage write or read failed", in tests/test_lease.py)."""
+    for i in range(spark_log.KEEP_LOGS + 5):
+        (tmp_path / f"old-{i:02d}.log").write_text("x")
+    real_glob = spark_log.glob.glob
+
+    def glob_then_other_prunes(pattern):
+        found = real_glob(pattern)
+        for name in found[:3]:
+            os.remove(name)  # the other command, between this one's listing and its sort
+        return found
+
+    monkeypatch.setattr(spark_log.glob, "glob", glob_then_other_prunes)
+    spark_log._prune(tmp_path)
+    assert len(list(tmp_path.glob("*.log"))) == spark_log.KEEP_LOGS - 1
 
 
 def test_the_first_start_names_only_the_packages_missing_from_the_ivy_cache(tmp_path):
