@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -75,17 +76,28 @@ def crawl(work: Path, web: TestWeb, policy: str, a, out: dict) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     log = open(work / f"{policy}.out", "w")
 
-    def run(*argv: str) -> None:
+    def run(*argv: str, until: float | None = None) -> None:
+        """One CLI command; with ``until``, interrupted then (SIGINT, as an operator's Ctrl-C) if still running."""
         cmd = [sys.executable, "-m", "jobs.cli", "--conf", str(conf), *argv]
-        rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=None if until is None else max(0.0, until - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return
         if rc != 0:
             raise RuntimeError(f"{policy}: deltacrawl {' '.join(argv)} exited {rc} (see {log.name})")
     try:
         run("init")
         run("inject", str(seeds))
         out["t0"] = time.time()
-        run("crawl", "--rounds", str(a.rounds), "--wait", str(a.wait))
-        out["t1"] = time.time()
+        run("crawl", "--rounds", str(a.rounds), "--wait", str(a.wait), until=a.deadline)
+        out["t1"] = min(time.time(), a.deadline or float("inf"))  # a crawl interrupted is judged up to then
     except Exception as e:  # reported with the results; the other crawls go on
         out["error"] = repr(e)
     finally:
@@ -97,6 +109,7 @@ def one_rep(work: Path, rep: int, a) -> list[dict]:
     with TestWeb(work / "web", n_hosts=0, kinds=[], seed=100 + rep, knobs=knobs) as web:
         (work / "seeds.txt").write_text("\n".join(web.live.urls()) + "\n")
         times = {p: {} for p in a.policies}
+        a.deadline = time.time() + a.seconds if a.seconds else None  # one end for every policy: the same window
         threads = [threading.Thread(target=crawl, args=(work, web, p, a, times[p])) for p in a.policies]
         for t in threads:
             t.start()
@@ -204,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=float, default=20.0, help="fetch.task_budget_s")
     ap.add_argument("--wait", type=float, default=900.0,
                     help="crawl --wait: idle seconds a crawl waits for its next due URL before it stops")
+    ap.add_argument("--seconds", type=float, default=0.0,
+                    help="stop every crawl this many seconds after the rep starts (0: at --rounds or --wait)")
+    ap.add_argument("--first-rep", type=int, default=0, help="the first rep's number (its web's seed is 100 + it)")
     ap.add_argument("--stagger", type=float, default=5.0, help="seconds between the crawls' starts")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--json", type=Path, help="also write the rows here")
@@ -222,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         from tests.testweb import read_log
         from tests.testweb.live import LiveWeb
 
-        for rep in range(a.reps):
+        for rep in range(a.first_rep, a.first_rep + a.reps):
             d = a.judge / f"rep{rep}"
             times = json.loads((d / "times.json").read_text()) if (d / "times.json").exists() else {}
             rows += judge_rep(read_log(d / "web" / "requests.jsonl"), LiveWeb.load(d / "web" / "live.json"),
@@ -230,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         report(rows, a)
         return 0
     try:
-        for rep in range(a.reps):
+        for rep in range(a.first_rep, a.first_rep + a.reps):
             work = base / f"rep{rep}"
             work.mkdir(parents=True)
             rows += one_rep(work, rep, a)
@@ -240,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
     n = a.hosts * a.pages
     print(f"schedule_bench: {n} live pages ({a.hosts} hosts), rates 1/20..1/2000 per nominal s x {a.time_scale} real s, "
-          f"cap {a.cap}/round, {a.rounds} rounds, default_interval_s {a.interval}; {time.time() - started:.0f} s")
+          f"cap {a.cap}/round, {a.rounds} rounds{f' or {a.seconds:.0f} s' if a.seconds else ''}, "
+          f"default_interval_s {a.interval}; {time.time() - started:.0f} s")
     report(rows, a)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
