@@ -58,6 +58,7 @@
 The pieces: this module drives the loop (leases, requests, releases, and the
 round's end: the budget, or the cut ``crawl_udfs.tail`` judges once a second);
 ``crawl_udfs.host_runs`` admits pages behind robots.txt and records outcomes;
+``crawl_udfs.host_addresses`` learns each host's address before its first request;
 ``crawl_udfs.robots_fetch`` decides each robots.txt hop; ``crawl_udfs.classify``
 decides what a page response means (a pure function); ``crawl_udfs.pages``
 applies that decision (WARC, parse, SimHash) off the politeness path.
@@ -74,7 +75,8 @@ from crawl_udfs.classify import rules_for
 from crawl_udfs.config import Config
 from crawl_udfs.event_loop import new_event_loop, quiet_gc
 from crawl_udfs.fetcher import Fetcher, FetchResponse
-from crawl_udfs.host_runs import ADDRESS_ELSEWHERE, HostRun, TaskHosts
+from crawl_udfs.host_addresses import learn_addresses
+from crawl_udfs.host_runs import HostRun, TaskHosts
 from crawl_udfs.pages import PageWork
 from crawl_udfs.responses import NOT_SENT, header, response_time_s, retry_after
 from crawl_udfs.robots import RobotsPolicy
@@ -116,7 +118,7 @@ def fetch_partition(rows: Iterable[FetchItem], conf: Config, *, hosts: Iterable[
     ``fetch.progress_every_s`` seconds of wall time, from a worker thread, and a last one
     with ``done`` true; it must not raise (the driver's live line, jobs/progress.py).
     ``addresses_elsewhere``: the addresses other tasks of the round fetch; a host found to
-    resolve to one is deferred untouched (``host_runs.ADDRESS_ELSEWHERE``), so the per-IP
+    resolve to one is deferred untouched (``crawl_udfs.host_addresses``), so the per-IP
     cap holds across tasks for hosts generate listed without an address."""
     task = _Task(conf, list(rows), list(hosts), warc_dir, warc_name, clock or RealClock(), retried)
     task.elsewhere = addresses_elsewhere
@@ -192,7 +194,9 @@ class _Task:
 
     async def _drive(self, deadline: float) -> None:
         running: set[asyncio.Task] = set()
-        lookups = self._resolve_all()
+        lookups = learn_addresses(self.hosts.runs.values(), self.sched, self.fetcher.resolve,
+                                  concurrency=self.conf.net.dns_concurrency, elsewhere=self.elsewhere,
+                                  wake=lambda: self.wake_driver())
         try:
             await self._drive_loop(deadline, running, lookups)
         finally:
@@ -289,33 +293,6 @@ class _Task:
                 if (state := self.sched.host_state(name)).queued or state.in_flight}
         busy.update(run.name for run in self.hosts.runs.values() if run.waiting)
         return len(busy)
-
-    def _resolve_all(self) -> asyncio.Future:
-        """Learn each host's address before its first request, so the per-IP cap holds from it.
-
-        Every host is held (:meth:`PolitenessScheduler.hold`) now and released by its own
-        answer, in a task beside the drive loop: a host whose name takes the resolver seconds
-        (or times out, ``fetch.dns_timeout_s``) holds back only itself, not the whole task."""
-        sem = asyncio.Semaphore(self.conf.net.dns_concurrency)
-        runs = list(self.hosts.runs.values())
-        for run in runs:
-            self.sched.hold(run.name)
-
-        async def one(run: HostRun) -> None:
-            async with sem:
-                ip, error = await self.fetcher.resolve(run.name)
-            if ip is not None and ip in self.elsewhere:  # a task of its own address's would cap it: not this one
-                run.result.ip = ip
-                self.sched.park(run.name, ADDRESS_ELSEWHERE)
-            elif ip is not None:
-                self.sched.set_host(run.name, ip=ip)
-                run.result.ip = ip
-            elif error is not None:
-                self.sched.park(run.name, error)
-            self.sched.unhold(run.name)
-            self.wake_driver()
-
-        return asyncio.ensure_future(asyncio.gather(*(one(run) for run in runs)))
 
     # -- one lease ------------------------------------------------------------------------
     async def _handle(self, host: str, item) -> None:

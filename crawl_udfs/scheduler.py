@@ -56,51 +56,13 @@ the event loop and the global concurrency cap.
 from __future__ import annotations
 
 import heapq
-import math
-from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from crawl_udfs.host_queue import HostPoliteness, HostQueue
+
+__all__ = ["HostPoliteness", "PolitenessScheduler"]
+
 _READY, _WAIT = 1, 2  # where a host's live heap entry is: the ready heap or its IP's wait heap
-
-
-@dataclass(frozen=True, slots=True)
-class HostPoliteness:
-    """A snapshot of one host's politeness state (``next_allowed_at`` None = unconstrained)."""
-
-    host: str
-    next_allowed_at: float | None
-    consecutive_failures: int
-    parked: bool
-    park_reason: str | None
-    crawl_delay: float | None
-    ip: str | None
-    in_flight: int
-    requests: int                      # leases granted in this task
-    last_response_time_s: float | None
-    queued: int
-
-
-class _Host:
-    __slots__ = ("name", "queue", "next_allowed", "failures", "parked", "park_reason", "crawl_delay",
-                 "ip", "in_flight", "requests", "recent", "last_end", "gen", "where", "held")
-
-    def __init__(self, name: str, window: int):
-        self.name = name
-        self.queue: deque = deque()
-        self.next_allowed = -math.inf
-        self.failures = 0
-        self.parked = False
-        self.park_reason: str | None = None
-        self.crawl_delay: float | None = None
-        self.ip: str | None = None
-        self.in_flight = 0
-        self.requests = 0
-        self.recent: deque = deque(maxlen=window)
-        self.last_end: float | None = None
-        self.gen = 0
-        self.where = 0
-        self.held = False
 
 
 class PolitenessScheduler:
@@ -122,8 +84,8 @@ class PolitenessScheduler:
         self._max_retry_after = float(p.max_retry_after_s)
         if self._host_cap < 1 or self._ip_cap < 1 or self._rt_window < 1:
             raise ValueError("politeness caps and response_time_window must be at least 1")
-        self._hosts: dict[str, _Host] = {}
-        self._ready: list = []                  # (next_allowed, seq, gen, _Host)
+        self._hosts: dict[str, HostQueue] = {}
+        self._ready: list = []                  # (next_allowed, seq, gen, HostQueue)
         self._ip_wait: dict[str, list] = {}     # ip -> heap of the same entries
         self._ip_in_flight: dict[str, int] = {}
         self._deferred: list[tuple[Any, str]] = []
@@ -328,18 +290,13 @@ class PolitenessScheduler:
         return min(self._backoff_base * 2.0 ** min(n - 1, 64), self._backoff_max) if n else 0.0
 
     def host_state(self, host: str) -> HostPoliteness:
-        h = self._hosts[host]
-        return HostPoliteness(
-            host=h.name, next_allowed_at=None if h.next_allowed == -math.inf else h.next_allowed,
-            consecutive_failures=h.failures, parked=h.parked, park_reason=h.park_reason,
-            crawl_delay=h.crawl_delay, ip=h.ip, in_flight=h.in_flight, requests=h.requests,
-            last_response_time_s=h.recent[-1] if h.recent else None, queued=len(h.queue))
+        return self._hosts[host].snapshot()
 
     # -- internals ----------------------------------------------------------------
-    def _host(self, name: str) -> _Host:
+    def _host(self, name: str) -> HostQueue:
         h = self._hosts.get(name)
         if h is None:
-            h = self._hosts[name] = _Host(name, self._rt_window)
+            h = self._hosts[name] = HostQueue(name, self._rt_window)
         return h
 
     def _enqueue(self, host: str, item: Any, front: bool) -> None:
@@ -352,7 +309,7 @@ class PolitenessScheduler:
         if not h.where:
             self._schedule(h)
 
-    def _schedule(self, h: _Host) -> None:
+    def _schedule(self, h: HostQueue) -> None:
         """Invalidate ``h``'s heap entry; push a fresh one if the host may be leased some time.
 
         ``h`` may have been holding a free slot of its IP for a waiting host (see ``_refill``):
@@ -368,7 +325,7 @@ class PolitenessScheduler:
         if h.ip is not None and h.ip in self._ip_wait:
             self._refill(h.ip)
 
-    def _push_back(self, h: _Host, at: float) -> None:
+    def _push_back(self, h: HostQueue, at: float) -> None:
         if at > h.next_allowed:
             h.next_allowed = at
             if h.where:
