@@ -84,6 +84,13 @@ def partition_keys(spark, n: int):
             .groupBy("partition").agg(F.min("_key").alias("_key")))
 
 
+def host_partitions(fetch_list):
+    """(host, partition) of the round's hosts: generate puts a host in one fetch partition."""
+    from pyspark.sql import functions as F
+
+    return fetch_list.select("host", F.col("partition").cast("int").alias("partition")).distinct()
+
+
 def fetch_input(fetch_list, hosts, n_partitions: int, *, crawldb=None, follow_cap=None, max_known: int | None = None):
     """The round's fetch-list rows (kind "item") and their hosts' rows (kind "host", with the
     partition of their URLs), one task per fetch partition. Timestamps become epoch seconds.
@@ -108,7 +115,7 @@ def fetch_input(fetch_list, hosts, n_partitions: int, *, crawldb=None, follow_ca
         *[F.lit(None).cast("double" if c in _EPOCH_COLUMNS else host_types[c]).alias(c)
           for c in HOST_COLUMNS + FOLLOW_COLUMNS])
     item_types = dict((f.name, f.dataType) for f in items.schema.fields)
-    host_part = fetch_list.select("host", F.col("partition").cast("int").alias("partition")).distinct()
+    host_part = host_partitions(fetch_list)
     host_rows = hosts.join(F.broadcast(host_part), "host")  # the round's hosts: a few thousand rows
     if crawldb is None or follow_cap is None:
         follow = [F.lit(None).cast(FOLLOW_TYPES[c]).alias(c) for c in FOLLOW_COLUMNS]
@@ -258,7 +265,7 @@ def addresses(fetch_list, hosts) -> dict[str, int]:
     puts the hosts of one address in one partition, so each address has one."""
     from pyspark.sql import functions as F
 
-    rows = (fetch_list.select("host", F.col("partition").cast("int").alias("partition")).distinct()
+    rows = (host_partitions(fetch_list)
             .join(hosts.select("host", "ip").where(F.col("ip").isNotNull()), "host")
             .select("ip", "partition").distinct().collect())
     return {r.ip: r.partition for r in rows}
