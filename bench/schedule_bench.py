@@ -24,6 +24,11 @@ measured budget (its successful live-page fetches per second):
   over the run's own change instants (``staleness.realised_periodic``), which takes the draw's luck out.
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.schedule_bench --reps 2 --rounds 9
+    PYTHONPATH=$PWD .venv/bin/python -m bench.schedule_bench --reps 2 --first-rep 1 --rounds 2000 --seconds 2300 \
+        --hosts 4 --pages 24 --cap 48 --time-scale 6 --interval 200 --window 20 --wait 900   # ~80 min, quiet
+
+``--seconds`` interrupts every crawl (SIGINT, as Ctrl-C) at one deadline, so the three are judged over the
+same window: adaptive's rounds are small and frequent and reach any ``--rounds`` long before fixed's.
 
 Nothing leaves loopback.
 """
