@@ -58,19 +58,23 @@ POLICIES = ("fixed", "adaptive", "nutch")
 UA = "deltacrawl/0.1 (bench-{policy}; +https://github.com/deltacrawl/deltacrawl/blob/main/docs/BOT.md)"
 
 
+AHEAD = "ahead_"  # a crawl named ahead_<policy>: that policy with generate.due_ahead_share = --ahead
+
+
 def overlay(work: Path, web: TestWeb, policy: str, a) -> Path:
     path = work / f"{policy}.toml"
+    ahead = a.ahead if policy.startswith(AHEAD) else 0.0
     path.write_text(
         f'[storage]\nroot = "{work / policy}"\n'
         f'[crawler]\nuser_agent = "{UA.format(policy=policy)}"\n'
         f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
         f"[politeness]\nhost_delay_s = {a.delay}\n[fetch]\ntask_budget_s = {a.window}\n"
-        f"[generate]\ntop_n = {a.cap}\n"
+        f"[generate]\ntop_n = {a.cap}\ndue_ahead_share = {ahead}\n"
         f"[priority]\nimportance_s = 0.0\ndepth_s = 0.0\n"
         f"[importance]\nevery_rounds = 0\n"
         f"[dedup]\nnear_duplicates = false\nlearn_patterns = false\n"
-        f'[schedule]\npolicy = "{policy}"\ndefault_interval_s = {a.interval}\nmin_interval_s = 1.0\n'
-        f"max_interval_s = 1000000.0\n")
+        f'[schedule]\npolicy = "{policy.removeprefix(AHEAD)}"\ndefault_interval_s = {a.interval}\n'
+        f"min_interval_s = 1.0\nmax_interval_s = 1000000.0\n")
     return path
 
 
@@ -226,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="stop every crawl this many seconds after the rep starts (0: at --rounds or --wait)")
     ap.add_argument("--first-rep", type=int, default=0, help="the first rep's number (its web's seed is 100 + it)")
     ap.add_argument("--stagger", type=float, default=5.0, help="seconds between the crawls' starts")
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help=f"crawls side by side: a policy, or {AHEAD}<policy>: it with generate.due_ahead_share = --ahead")
+    ap.add_argument("--ahead", type=float, default=0.5, help=f"generate.due_ahead_share of the {AHEAD}<policy> crawls")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     ap.add_argument("--keep", help="keep the crawls under this directory")
     ap.add_argument("--judge", type=Path, help="only judge the reps kept under this directory again")

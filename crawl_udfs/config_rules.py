@@ -216,6 +216,7 @@ RULES: dict[str, Check] = {
     "generate.pipeline": ANY,
     "generate.list_ahead": ANY,
     "generate.resolve_wait_s": SECONDS,
+    "generate.due_ahead_share": SHARE,
     "update.engine": one_of("spark", "driver"),
     "update.driver_threads": COUNT,
     "generate.fetch_partitions": COUNT_OR_ZERO,

@@ -1,8 +1,8 @@
 """generate: pick round N's fetch list from the crawl DB (docs/ARCHITECTURE.md, "The round", step 1).
 
-A URL is generated when it is *due* (status in ``schemas.status.ELIGIBLE`` and
-``next_fetch_time <= now``), its host is not parked (``hosts.parked_until`` null
-or past) and its host has budget left (``hosts.pages_fetched <
+A URL is generated when it is *due* (``jobs/due.py``: status in ``schemas.status.ELIGIBLE``
+and ``next_fetch_time`` at or before the round's horizon, ``now`` by default), its host is
+not parked (``hosts.parked_until`` null or past) and its host has budget left (``hosts.pages_fetched <
 budget.max_pages_per_host`` and ``hosts.bytes_fetched < budget.max_bytes_per_host``;
 URLs of an exhausted host are simply skipped — ``update`` marks them). Among
 those, first the smallest virtual due time (``next_fetch_time`` minus the URL's
@@ -63,6 +63,7 @@ from typing import Any, NamedTuple
 
 from crawl_udfs.config import Config, ConfigError
 from jobs import common, faults, ledger, list_ahead, pending_round, priority, resolve
+from jobs.due import due_horizon, due_urls
 from schemas import counters
 from schemas.status import ELIGIBLE, Status
 from schemas.tables import FETCH_LIST, TABLES
@@ -91,14 +92,6 @@ def delay_window_s(conf: Config) -> float:
     return float(conf.fetch.task_budget_s)
 
 
-def due_urls(crawldb, now):
-    """The crawl DB rows due at ``now`` (a naive UTC datetime): eligible status, ``next_fetch_time <= now``."""
-    from pyspark.sql import functions as F
-
-    return crawldb.where(F.col("status").isin([s.value for s in ELIGIBLE])
-                         & (F.col("next_fetch_time") <= F.lit(now).cast("timestamp")))
-
-
 def fetch_partitions(spark, conf: Config) -> int:
     """``generate.fetch_partitions``, or when 0, Spark's defaultParallelism."""
     n = conf.generate.fetch_partitions
@@ -125,12 +118,13 @@ def host_cap(*, max_per_host: int, max_pages_per_host: int, delay_window_s: floa
 def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_share: float,
                n_partitions: int, max_pages_per_host: int, max_bytes_per_host: int,
                delay_window_s: float | None, weights: priority.Weights, pattern_action: str | None = None,
-               pattern_score_factor: float = 1.0):
+               pattern_score_factor: float = 1.0, due_by=None):
     """The fetch list (FETCH_LIST columns without ``round``, plus a boolean ``discovery``, and the host's
     ``ip`` and ``has_host_row`` for :mod:`jobs.resolve`) of ``crawldb`` at ``now``.
 
     ``crawldb`` and ``hosts`` are DataFrames with the CRAWLDB and HOSTS columns
-    (only those read here are needed); ``now`` a naive UTC datetime. With a
+    (only those read here are needed); ``now`` a naive UTC datetime; ``due_by`` (default ``now``)
+    the due horizon (:func:`due_horizon`): rows due by then are listed. With a
     ``delay_window_s`` (see :func:`delay_window_s`), a host is also given no more
     than floor(delay_window_s / its delay) URLs, its delay being the larger of
     ``hosts.delay_s`` (the effective delay its last task ended with) and
@@ -153,7 +147,7 @@ def select_due(crawldb, hosts, *, now, max_per_host: int, top_n: int, discovery_
     order = priority.order()
     now_lit = F.lit(now).cast("timestamp")
 
-    due = (due_urls(crawldb, now)
+    due = (due_urls(crawldb, due_by or now)
            .select("url_fp", "host", "status", "next_fetch_time", "score", "depth", "redirect_hops", "etag",
                    "last_modified", F.col("digest").alias("prev_digest"),
                    F.col("warc_record_id").alias("prev_warc_record_id"),
@@ -212,11 +206,11 @@ def with_addresses(selected, addresses: dict[str, str], n_partitions: int):
             .withColumn("partition", partition_of(F.coalesce(F.col("ip"), F.col("host")), n_partitions)).drop("_ip"))
 
 
-def selection(crawldb, hosts, conf: Config, *, now, n_partitions: int):
+def selection(crawldb, hosts, conf: Config, *, now, n_partitions: int, due_by=None):
     """:func:`select_due` with the configured keys (what :func:`run` lists)."""
     action, factor = pattern_args(conf)
-    return select_due(crawldb, hosts, now=now, max_per_host=max_urls_per_host(conf), top_n=conf.generate.top_n,
-                      discovery_share=conf.generate.discovery_share, n_partitions=n_partitions,
+    return select_due(crawldb, hosts, now=now, due_by=due_by, max_per_host=max_urls_per_host(conf),
+                      top_n=conf.generate.top_n, discovery_share=conf.generate.discovery_share, n_partitions=n_partitions,
                       max_pages_per_host=conf.budget.max_pages_per_host,
                       max_bytes_per_host=conf.budget.max_bytes_per_host, delay_window_s=delay_window_s(conf),
                       weights=priority.Weights.of(conf.priority), pattern_action=action, pattern_score_factor=factor)
@@ -313,7 +307,8 @@ def run(spark, conf: Config, *, now=None, row: dict | None = None, pipeline: boo
         now, pending = now or common.now_utc(), st.pending
         n, n_partitions = st.round, fetch_partitions(spark, conf)
         with common.session_conf(spark, common.STATIC_PLANS):  # one job a stage, not one an exchange
-            agg, listed_ahead = _write_list(spark, conf, n, now, pending, ahead)
+            prev = pending or row or ledger.get_round(spark, conf, n - 1)  # pipelined: not updated, no horizon
+            agg, listed_ahead = _write_list(spark, conf, n, now, pending, ahead, due_horizon(conf, now, prev))
         if agg.n == 0:
             return {"round": None, "generated": 0}
     counts = counters.checked("generate", {"generated": agg.n, "generated_discovery": agg.d,
@@ -334,7 +329,7 @@ class Listed(NamedTuple):
     unresolved: int
 
 
-def _write_list(spark, conf: Config, n: int, now, pending: dict | None, ahead=None):
+def _write_list(spark, conf: Config, n: int, now, pending: dict | None, ahead=None, due_by=None):
     """Select round ``n``'s fetch list (beside round ``pending`` when pipelined, from ``ahead``'s
     staged rows when usable), write it unless it is empty; returns its counts (``n``, ``d``
     discovery, ``h`` hosts, ``unresolved`` of them listed without an address) and whether ``ahead`` was used."""
@@ -349,13 +344,13 @@ def _write_list(spark, conf: Config, n: int, now, pending: dict | None, ahead=No
         fetch_list, fetch_output = (_round_rows(spark, conf, t, pending) for t in ("fetch_list", "fetch_output"))
         used = list_ahead.usable(spark, conf, ahead, pending)
         crawldb, known = list_ahead.read(spark, ahead) if used else (common.read(spark, conf, "crawldb"),) * 2
-        crawldb = _pending_crawldb(spark, conf, crawldb, known, fetch_list, fetch_output, pending, now)
+        crawldb = _pending_crawldb(spark, conf, crawldb, known, fetch_list, fetch_output, pending, due_by or now)
     hosts = common.read(spark, conf, "hosts")
     if pending is not None:
         hosts = pending_round.hosts_after(hosts, fetch_output, conf, round_no=int(pending["round"]),
                                           now=pending["fetched_at"])
     n_partitions = fetch_partitions(spark, conf)
-    selected = selection(crawldb, hosts, conf, now=now, n_partitions=n_partitions).persist(
+    selected = selection(crawldb, hosts, conf, now=now, due_by=due_by, n_partitions=n_partitions).persist(
         StorageLevel.MEMORY_AND_DISK)
     try:
         agg = selected.agg(F.count(F.lit(1)).alias("n"),

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from crawl_udfs.config import Config
 from jobs import common, generate, priority
+from jobs.due import due_urls
 from schemas.tables import CRAWLDB
 
 
@@ -70,7 +71,7 @@ def candidates(crawldb, hosts, fetch_list, conf: Config, *, now: dt.datetime):
     from pyspark.sql import functions as F
 
     k = 2 * generate.max_urls_per_host(conf)
-    due = (generate.due_urls(crawldb, now).join(F.broadcast(fetch_list.select("url_fp")), "url_fp", "left_anti")
+    due = (due_urls(crawldb, now).join(F.broadcast(fetch_list.select("url_fp")), "url_fp", "left_anti")
            .withColumn("_score", F.col("score")))  # "lower" patterns change score for the order only
     ranked = generate.in_order(due.join(hosts.select("host", "dup_patterns"), "host", "left"),
                                priority.Weights.of(conf.priority), *generate.pattern_args(conf))

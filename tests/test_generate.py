@@ -340,3 +340,30 @@ def test_next_due_is_the_earliest_url_a_list_could_hold(spark):
                        [host_row("parked.test", parked_until=soon), host_row("spent.test", pages_fetched=10)]) == soon
     assert next_due_at(spark, [url_row("http://spent.test/", due=PAST)], [host_row("spent.test", bytes_fetched=10**6)]) is None
     assert next_due_at(spark, []) is None
+
+
+def test_a_round_lists_what_falls_due_within_its_horizon(spark, tmp_path):
+    """With generate.due_ahead_share, a URL due before the next round could list it, within that share
+    of the previous round's cycle, is listed now; one due later, and any with the share at 0, is not."""
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text("127.10.0.1 h0.test\n")
+
+    def at_share(share: float, root: Path) -> set[str]:
+        c = config.load(overrides=[f'storage.root="{root}"', "spark.master=local[2]", "spark.shuffle_partitions=2",
+                                   "generate.fetch_partitions=1", f'net.hosts_file="{hosts_file}"',
+                                   f"generate.due_ahead_share={share}"])
+        common.ensure_tables(spark, c)
+        # round 1: generated at NOW - 120 s, updated at NOW - 20 s (100 s), its generate took 20 s: a cycle of 120 s
+        ledger.set_state(spark, c, 1, "generated", seconds={"generate": 20.0},
+                         generated_at=NOW - dt.timedelta(seconds=120))
+        row = ledger.set_state(spark, c, 1, "updated", updated_at=NOW - dt.timedelta(seconds=20))
+        _append(spark, c, "crawldb", spark.createDataFrame([
+            url_row("http://h0.test/now", status="fetched"),
+            url_row("http://h0.test/in-50s", status="fetched", due=NOW + dt.timedelta(seconds=50)),
+            url_row("http://h0.test/in-70s", status="fetched", due=NOW + dt.timedelta(seconds=70))], CRAWLDB))
+        got = generate.run(spark, c, now=NOW, row=row)
+        assert got["round"] == 2
+        return {u for u, _ in _list(spark, c, 2)}
+
+    assert at_share(0.5, tmp_path / "half") == {"http://h0.test/now", "http://h0.test/in-50s"}  # horizon NOW + 60 s
+    assert at_share(0.0, tmp_path / "off") == {"http://h0.test/now"}
