@@ -18,13 +18,11 @@ def due_horizon(conf: Config, now: dt.datetime, prev: dict | None) -> dt.datetim
     """The due horizon of a new round: ``now`` plus ``generate.due_ahead_share`` of the previous round's
     cycle (its generate seconds, then generated → updated in the ledger ``prev``).
 
-    A URL that falls due between two rounds waits for the next one, half a cycle late on average:
-    harmless when every interval is the same (all are late alike), but a policy that gives pages
-    different intervals (``schedule.policy`` adaptive, nutch) sees its short intervals stretched far
-    more, in proportion, than its long ones, which is not the allocation it chose (bench/RESULTS.md,
-    session 23). Listing what falls due within half a cycle fetches each URL in the round nearest its
-    due time, on average at it. ``now`` when the share is 0, and for a first round or a previous round
-    not yet updated (pipelined)."""
+    A URL that falls due between two rounds waits for the next one, half a cycle late on average;
+    listing what falls due within half a cycle fetches each URL in the round nearest its due time.
+    Measured under the adaptive policy (bench/RESULTS.md, session 23) it bought more re-fetches, not a
+    better use of them, so it is off by default. ``now`` when the share is 0, and for a first round or a
+    previous round not yet updated (pipelined)."""
     share = float(conf.generate.due_ahead_share)
     if share <= 0 or not prev or not prev.get("generated_at") or not prev.get("updated_at"):
         return now
