@@ -46,7 +46,7 @@ def crawl(work: Path, *, hosts: int, identical: bool) -> dict:
             f'[storage]\nroot = "{work / "crawl"}"\n'
             f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
             "[politeness]\nhost_delay_s = 0.2\n[fetch]\ntask_budget_s = 30.0\n"
-            "[generate]\nmax_urls_per_host = 20\n[schedule]\ndefault_interval_s = 1.0\n"
+            '[generate]\nmax_urls_per_host = 20\n[schedule]\npolicy = "fixed"\ndefault_interval_s = 1.0\n'
             f"[warc]\nrevisit_identical_payload = {'true' if identical else 'false'}\n")
         seeds = work / "seeds.txt"
         seeds.write_text("\n".join(web.seeds()) + "\n")

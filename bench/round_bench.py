@@ -141,7 +141,7 @@ def duty(spark, web, work: Path, n_rounds: int, window_s: float, recrawl_s: floa
     conf = config.load([_overlay(work / "duty.toml", root, web,
                                  f"[fetch]\ntask_budget_s = {window_s}\ntotal_timeout_s = 10.0\n"
                                  "[generate]\nfetch_partitions = 2\n"
-                                 + (f"[schedule]\ndefault_interval_s = {recrawl_s}\n" if recrawl_s else ""))])
+                                 + (f'[schedule]\npolicy = "fixed"\ndefault_interval_s = {recrawl_s}\n' if recrawl_s else ""))])
     common.ensure_tables(spark, conf)
     urls = [h.url(path) for h in web.plan.by_kind("site") for path in h.pages]
     (work / "duty-seeds.txt").write_text("\n".join(urls) + "\n")

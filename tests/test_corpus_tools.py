@@ -101,8 +101,9 @@ def corpus(spark, tmp_path_factory):
             f"[politeness]\nhost_delay_s = {DELAY}\n"
             "[fetch]\ntask_budget_s = 20.0\ntotal_timeout_s = 6.0\n"
             "[generate]\nmax_urls_per_host = 6\nfetch_partitions = 2\n"
-            # due again in the next round: its conditional GETs of unchanged pages get 304s (revisit records)
-            "[schedule]\ndefault_interval_s = 1.0\n")
+            # due again in the next round (the fixed policy: every stored page 1 s on): its conditional GETs
+            # of unchanged pages get 304s (revisit records)
+            '[schedule]\npolicy = "fixed"\ndefault_interval_s = 1.0\n')
         seeds = d / "seeds.txt"
         seeds.write_text("\n".join(web.seeds()) + "\n")
         base = ["--conf", str(overlay)]

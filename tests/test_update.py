@@ -24,8 +24,8 @@ T0 = dt.datetime(2026, 3, 1, 12, 0, 0)          # fetch time of the round
 NOW = dt.datetime(2026, 3, 1, 13, 0, 0)         # the update's "now"
 FIRST = dt.datetime(2026, 1, 1)                 # first_seen of the old rows
 H = 3600.0
-CONF = config.load(overrides=[
-    "schedule.default_interval_s=86400.0", "schedule.gone_interval_s=1000000.0",
+CONF = config.load(overrides=[  # the fixed policy: the transition table's intervals are its (test_schedule: the others)
+    'schedule.policy="fixed"', "schedule.default_interval_s=86400.0", "schedule.gone_interval_s=1000000.0",
     "schedule.redirect_perm_interval_s=500000.0", "schedule.duplicate_interval_s=700000.0",
     "schedule.robots_denied_interval_s=200000.0", "schedule.retry_base_s=3600.0", "schedule.retry_max_s=20000.0",
     "schedule.max_retries=5", "politeness.failure_park_duration_s=7200.0", "budget.max_pages_per_host=12",
