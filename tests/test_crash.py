@@ -29,11 +29,8 @@ JVM, Python workers) gone. At the end: rounds 1 and 2 updated, no staging
 left, every WARC pointer reads back, and the test web's own log shows no
 politeness violation across all five runs.
 
-Once against a bucket (``s3_chain``: ``storage.root = s3a://…`` on the loopback S3 server of
-tests/s3server.py): the "kill after fetch commit" case, the chain's runs 3 and 4 alone (the crawl
-prepared by ``init`` and ``inject`` on a local disk and uploaded; each run's tables read from a local
-copy of the bucket, since the suite's Spark session has no S3A): WARC files staged in the bucket by
-the killed run are promoted by the rerun without a refetch, and only the committed ones are kept.
+On a bucket (``storage.root = s3a://…``), where nothing is renamed, the "kill after fetch commit" case
+runs in tests/test_s3.py's crawl.
 
 The chain's host delay (0.5 s) is far shorter than the time a new JVM takes to
 come up, so it cannot show that a resumed fetch waits for the killed one:
@@ -126,49 +123,24 @@ def write_overlay(path: Path, web: TestWeb, *, host_delay_s: float, task_budget_
 
 
 class Chain:
-    """The crawl directory and the runs done so far (each run at most once, in order).
+    """The crawl directory and the runs done so far (each run at most once, in order)."""
 
-    ``steps``: the names of :data:`CHAIN` this chain runs (the others are skipped); ``rounds``: a step's
-    ``crawl --rounds`` when not :data:`CHAIN`'s. ``s3``: (server,
-    bucket) to crawl ``s3a://bucket/crawl`` instead of a local directory; ``self.conf`` then names a
-    local copy of it, refreshed after every run, for the suite's Spark session to read."""
-
-    def __init__(self, spark, d: Path, web: TestWeb, *, steps=None, rounds=None, s3=None):
-        self.spark, self.d, self.web, self.s3 = spark, d, web, s3
-        self.steps, self.rounds = steps or [c[0] for c in CHAIN], rounds or {}
-        storage = s3[0].storage_toml(s3[1], "crawl") if s3 else None
+    def __init__(self, spark, d: Path, web: TestWeb):
+        self.spark, self.d, self.web = spark, d, web
         self.overlay = write_overlay(d / "crash.toml", web, host_delay_s=DELAY, task_budget_s=20.0,
-                                     max_urls_per_host=4, storage=storage)
-        self.env = s3[0].env if s3 else {}
+                                     max_urls_per_host=4)
         from crawl_udfs import config
-        local = write_overlay(d / "local.toml", web, host_delay_s=DELAY, task_budget_s=20.0, max_urls_per_host=4)
-        self.conf = config.load([local])  # the crawl itself (local) or the copy of the bucket's (s3)
+        self.conf = config.load([self.overlay])
         seeds = d / "seeds.txt"
         seeds.write_text("\n".join(seed_urls(web)) + "\n")
-        base = ["--conf", str(local)]
+        base = ["--conf", str(self.overlay)]
         assert cli.main(base + ["init"]) == 0
         assert cli.main(base + ["inject", str(seeds)]) == 0
-        if s3:  # the prepared crawl goes to the bucket; the CLI runs crawl it there
-            from pyarrow import fs as pafs
-            pafs.copy_files(common.root(self.conf), f"{s3[1]}/crawl", source_filesystem=pafs.LocalFileSystem(),
-                            destination_filesystem=s3[0].filesystem())
         self.urls = self.crawldb_urls()
         self.done: dict[str, dict] = {}
 
-    def sync(self) -> None:
-        """Refresh the local copy of the bucket's crawl (s3 only)."""
-        if not self.s3:
-            return
-        import shutil
-        from pyarrow import fs as pafs
-        shutil.rmtree(common.root(self.conf))
-        pafs.copy_files(f"{self.s3[1]}/crawl", common.root(self.conf), source_filesystem=self.s3[0].filesystem(),
-                        destination_filesystem=pafs.LocalFileSystem())
-
     def warc_files(self) -> set[str]:
         """Paths of the WARC files under ``storage.root/warc`` (staging included), relative to it."""
-        if self.s3:
-            return {k for k in self.s3[0].objects(f"{self.s3[1]}/crawl/warc") if k.endswith(".warc.gz")}
         warc = Path(common.warc_root(self.conf))
         return {str(p.relative_to(warc)) for p in warc.rglob("*.warc.gz")}
 
@@ -180,18 +152,15 @@ class Chain:
 
     def run(self, name: str) -> dict:
         for step, spec, rounds, rc_want, state in CHAIN:
-            if step not in self.steps:
-                continue
             if step in self.done:
                 if step == name:
                     return self.done[step]
                 continue
             before, t0, log_from = self.urls, time.monotonic(), len(self.web.log())
-            rc = run_cli(["--conf", str(self.overlay), "crawl", "--rounds", str(self.rounds.get(step, rounds))],
-                         env_extra={faults.ENV: spec, **self.env}, log=self.d / f"run-{step}.log")
+            rc = run_cli(["--conf", str(self.overlay), "crawl", "--rounds", str(rounds)],
+                         env_extra={faults.ENV: spec}, log=self.d / f"run-{step}.log")
             out = (self.d / f"run-{step}.log").read_text(errors="replace")
             assert rc == rc_want, f"run {step} ({spec}): status {rc}, wanted {rc_want}\n{out[-3000:]}"
-            self.sync()
             self.urls = self.crawldb_urls()
             ledger_mirror.flush(self.spark, self.conf)  # a killed run never flushed: the next command's catch-up
             ledger = {r["round"]: r["state"] for r in self.table("rounds").collect()}
@@ -252,20 +221,7 @@ def test_kill_during_fetch_tasks_refetches_politely(chain):
     assert staged.is_dir() and any(staged.rglob("*.warc.gz")), "committed files wait in staging"
 
 
-@pytest.fixture(scope="module")
-def s3_chain(spark, s3_server, tmp_path_factory):
-    """The chain's "kill after fetch commit" runs on ``s3a://<bucket>/crawl`` (the module docstring)."""
-    d = tmp_path_factory.mktemp("crash-s3")
-    with TestWeb(d / "web", n_hosts=6, seed=5, kinds=["site"]) as web:
-        # the resume with --rounds 1: round 1 alone (no round 2 fetched beside its update), still killed
-        # inside update 1, so its ledger state after the run is the chain's (fetched)
-        yield Chain(spark, d, web, steps=["fetch_commit", "update"], rounds={"update": 1},
-                    s3=(s3_server, s3_server.bucket("crash")))
-
-
-@pytest.mark.parametrize("which", ["chain", pytest.param("s3_chain", marks=pytest.mark.s3)])
-def test_kill_after_fetch_commit_promotes_without_refetching(which, request):
-    chain = request.getfixturevalue(which)
+def test_kill_after_fetch_commit_promotes_without_refetching(chain):
     chain.run("fetch_commit")
     sent = len(chain.web.log())
     round1 = {_host_path(r[0]) for r in chain.table("fetch_list").where("round = 1").select("url").collect()}
@@ -284,7 +240,7 @@ def test_kill_after_fetch_commit_promotes_without_refetching(which, request):
     assert not [f for f in files if f.startswith(staging)], "round 1's staging was left behind"
     round1_files = {f for f in files if "-r000001-" in f}
     assert round1_files == committed, f"kept {sorted(round1_files ^ committed)[:5]} (only committed files are)"
-    note(f"kill after fetch commit ({which}): {len(committed)} committed WARC files promoted, none refetched")
+    note(f"kill after fetch commit: {len(committed)} committed WARC files promoted, none refetched")
 
 
 def _host_path(url: str) -> tuple[str, str]:

@@ -2,12 +2,15 @@
 
 One crawl, all through the CLI in subprocesses (each its own driver JVM with Hadoop's S3A, as in
 production; the suite's in-process Spark session has no S3A JAR and never touches the bucket):
-``init``, ``inject``, ``crawl --rounds 2``, ``status``, ``sql``, ``export`` against the test web.
-Then the corpus is read back from the bucket by the tests' own client (pyarrow's S3 filesystem,
-not the crawler's code): warcio over ranges of the WARC objects that ``fetch_log`` and the exported
-Parquet index point to. Only committed attempts' WARC files are in the bucket (no staging left,
-every object named by a committed ``fetch_output`` row and every such name an object), and the test
-web's own log shows no politeness violation.
+``init``, ``inject``, ``crawl --rounds 2`` SIGKILLed right after round 1's fetch committed (the fault
+``fetch.after_write``, as tests/test_crash.py's chain does on a local disk), ``crawl --rounds 2`` again
+(the resume), ``status``, ``sql``, ``export`` against the test web. On the bucket, where nothing is
+renamed: the killed run left its committed WARC files in staging and promoted none; the resume promoted
+exactly those, fetched none of round 1's pages again, and left no staging. Then the corpus is read back
+from the bucket by the tests' own client (pyarrow's S3 filesystem, not the crawler's code): warcio over
+ranges of the WARC objects that ``fetch_log`` and the exported Parquet index point to. Only committed
+attempts' WARC files are in the bucket (every object named by a committed ``fetch_output`` row and every
+such name an object), and the test web's own log shows no politeness violation across both runs.
 
 The first S3 start on a machine fetches hadoop-aws 3.4.1 and the AWS SDK v2 bundle (558 MB) into
 Ivy's cache; the test notes how long that start took and how long the cached ones did.
@@ -28,7 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from jobs import object_store, spark_log
+from jobs import faults, object_store, spark_log, warc_staging
 from tests.cli_jvm import SPARK_LINE
 from tests.summary import note
 from tests.test_crash import run_cli, seed_urls
@@ -54,7 +57,8 @@ def _overlay(path: Path, server, bucket: str, web: TestWeb) -> Path:
 
 @pytest.fixture(scope="module")
 def crawled(s3_server, tmp_path_factory):
-    """(server, bucket, web, {verb: (status, output, seconds)}, export dir, request log, violations)."""
+    """(server, bucket, web, {verb: (status, output, seconds)}, export dir, request log, violations,
+    (the bucket's WARC objects, the request log) when the killed run had died)."""
     d = tmp_path_factory.mktemp("s3crawl")
     bucket = s3_server.bucket("test-s3-crawl")
     with TestWeb(d / "web", n_hosts=6, seed=7, kinds=["site"]) as web:
@@ -65,14 +69,19 @@ def crawled(s3_server, tmp_path_factory):
         sql = ("SELECT 'log' AS t, url, warc_filename, warc_offset, warc_length FROM fetch_log "
                "WHERE warc_filename IS NOT NULL UNION ALL SELECT DISTINCT 'committed' AS t, NULL, warc_filename, "
                "NULL, NULL FROM fetch_output WHERE warc_filename IS NOT NULL")
-        runs = {}
-        for verb, args in [("init", ["init"]), ("inject", ["inject", str(d / "seeds.txt")]),
-                           ("crawl", ["crawl", "--rounds", str(ROUNDS)]), ("status", ["status"]),
-                           ("sql", ["sql", sql, "--format", "json"]), ("export", ["export", "--out", str(export_dir)])]:
+        runs, crawl = {}, ["crawl", "--rounds", str(ROUNDS)]
+        for verb, args, fault, want in [
+                ("init", ["init"], None, 0), ("inject", ["inject", str(d / "seeds.txt")], None, 0),
+                ("killed", crawl, "fetch.after_write", -9), ("crawl", crawl, None, 0), ("status", ["status"], None, 0),
+                ("sql", ["sql", sql, "--format", "json"], None, 0),
+                ("export", ["export", "--out", str(export_dir)], None, 0)]:
+            if verb == "crawl":  # what the killed run left: the bucket's WARC objects, its requests
+                at_kill = (s3_server.objects(f"{bucket}/{PREFIX}/warc"), web.log())
             t0 = time.monotonic()
-            rc = run_cli(["--conf", str(overlay), *args], env_extra=s3_server.env, log=d / f"{verb}.log")
+            env = {**s3_server.env, **({faults.ENV: fault} if fault else {})}
+            rc = run_cli(["--conf", str(overlay), *args], env_extra=env, log=d / f"{verb}.log")
             runs[verb] = (rc, (d / f"{verb}.log").read_text(errors="replace"), time.monotonic() - t0)
-            assert rc == 0, f"deltacrawl {verb} on s3a:// exited {rc}:\n{runs[verb][1][-4000:]}"
+            assert rc == want, f"deltacrawl {verb} on s3a:// exited {rc}, not {want}:\n{runs[verb][1][-4000:]}"
         first = (f"first start fetched {', '.join(missing)} (init: {runs['init'][2]:.0f} s)" if missing
                  else "JARs cached")
         note(f"s3: {first}; cached starts: " + ", ".join(f"{v} {runs[v][2]:.0f} s" for v in runs if v != "init")
@@ -80,7 +89,7 @@ def crawled(s3_server, tmp_path_factory):
         from crawl_udfs import config
         per_ip = config.load([overlay]).politeness.max_in_flight_per_ip
         yield (s3_server, bucket, web, runs, export_dir, web.log(),
-               web.violations(host_delay_s=DELAY, max_in_flight_per_addr=per_ip))
+               web.violations(host_delay_s=DELAY, max_in_flight_per_addr=per_ip), at_kill)
 
 
 def _sql_rows(runs) -> list[dict]:
@@ -94,7 +103,7 @@ def _record(fs, path: str, offset: int, length: int):
 
 
 def test_tables_and_warc_files_are_in_the_bucket(crawled):
-    server, bucket, web, runs, export_dir, log, v = crawled
+    server, bucket, web, runs, export_dir, log, v, at_kill = crawled
     objects = server.objects(f"{bucket}/{PREFIX}")
     for table in ("crawldb", "hosts", "fetch_list", "fetch_output", "fetch_log", "links", "rounds"):
         assert any(k.startswith(f"tables/{table}/_delta_log/") for k in objects), f"no Delta log of {table}"
@@ -104,7 +113,7 @@ def test_tables_and_warc_files_are_in_the_bucket(crawled):
 
 
 def test_only_committed_warc_files_are_kept_and_every_pointer_reads_back(crawled):
-    server, bucket, web, runs, export_dir, log, v = crawled
+    server, bucket, web, runs, export_dir, log, v, at_kill = crawled
     rows = _sql_rows(runs)
     committed = {r["warc_filename"] for r in rows if r["t"] == "committed"}
     pointers = [r for r in rows if r["t"] == "log"]
@@ -122,8 +131,27 @@ def test_only_committed_warc_files_are_kept_and_every_pointer_reads_back(crawled
          f"({sum(warc.values()):,} bytes)")
 
 
+def test_the_resume_promotes_what_the_killed_run_committed_without_refetching(crawled):
+    """Killed after round 1's fetch committed: its WARC files wait in the bucket's staging and none is
+    promoted; the resume promotes exactly round 1's committed files and requests none of its pages again."""
+    server, bucket, web, runs, export_dir, log, v, at_kill = crawled
+    objects, killed_log = at_kill
+    committed = {r["warc_filename"] for r in _sql_rows(runs)
+                 if r["t"] == "committed" and "-r000001-" in r["warc_filename"]}
+    staging = f"{warc_staging.STAGING}/r000001/"
+    staged = {k.rsplit("/", 1)[1] for k in objects if k.startswith(staging) and k.endswith(".warc.gz")}
+    assert committed and staged >= committed, (sorted(committed)[:3], sorted(staged)[:3])
+    assert not committed & set(objects), "a file was promoted before the kill"
+    fetched = {(x["host"], x["path"]) for x in killed_log if x["path"] != "/robots.txt"}
+    again = [(x["host"], x["path"]) for x in log[len(killed_log):] if (x["host"], x["path"]) in fetched]
+    assert fetched and again == [], f"a committed fetch was fetched again: {again[:5]}"
+    round1 = {k for k in server.objects(f"{bucket}/{PREFIX}/warc") if "-r000001-" in k}
+    assert round1 == committed, f"kept {sorted(round1 ^ committed)[:5]} (only committed files are)"
+    note(f"s3 kill after fetch commit: {len(committed)} committed WARC files promoted, none refetched")
+
+
 def test_the_export_index_points_into_the_bucket_copies(crawled):
-    server, bucket, web, runs, export_dir, log, v = crawled
+    server, bucket, web, runs, export_dir, log, v, at_kill = crawled
     index = pq.read_table(export_dir / "index").to_pylist()
     assert index and {str(r["warc_segment"]) for r in index} <= {str(n) for n in range(1, ROUNDS + 1)}
     fs = server.filesystem()
@@ -137,7 +165,7 @@ def test_the_export_index_points_into_the_bucket_copies(crawled):
 
 
 def test_politeness_holds_on_the_bucket(crawled):
-    server, bucket, web, runs, export_dir, log, v = crawled
+    server, bucket, web, runs, export_dir, log, v, at_kill = crawled
     note("s3 crawl (server-side): " + v.summary().replace("\n", "; "))
     assert len(log) > 20
     assert v.clean, v.summary()
