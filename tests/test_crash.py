@@ -109,12 +109,12 @@ def seed_urls(web: TestWeb, per_host: int = 4) -> list[str]:
 
 
 def write_overlay(path: Path, web: TestWeb, *, host_delay_s: float, task_budget_s: float,
-                  max_urls_per_host: int, storage: str | None = None) -> Path:
-    """The crash tests' configuration: the test web, 2 fetch partitions, a master that retries tasks.
-    ``storage``: the ``[storage]`` table (default: ``root`` beside the file)."""
+                  max_urls_per_host: int) -> Path:
+    """The crash tests' configuration: the crawl beside the file, the test web, 2 fetch partitions, a
+    master that retries tasks."""
     path.write_text(
-        (storage or f'[storage]\nroot = "{path.parent / "crawl"}"\n')
-        + f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
+        f'[storage]\nroot = "{path.parent / "crawl"}"\n'
+        f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
         f"[politeness]\nhost_delay_s = {host_delay_s}\n"
         f"[fetch]\ntask_budget_s = {task_budget_s}\ntotal_timeout_s = 5.0\n"
         f"[generate]\nmax_urls_per_host = {max_urls_per_host}\nfetch_partitions = 2\npipeline = true\n"
