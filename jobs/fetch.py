@@ -40,8 +40,6 @@ is the function shipped to the tasks (plain Python + Arrow, no session);
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from functools import partial
 from typing import Any, Iterable, Iterator
 
@@ -51,7 +49,7 @@ from crawl_udfs.partition import fetch_partition
 from crawl_udfs.rows import FetchItem, FetchResult, HostResult, HostState, Outcome, RobotsCapture
 from crawl_udfs.tail import TAIL_CUT
 from crawl_udfs.url_normalize import host_of
-from jobs import common, faults, generate, ledger, pending_round, progress, warc_staging
+from jobs import common, faults, generate, ledger, pending_round, progress, spool, warc_staging
 from schemas import counters
 from schemas.tables import FETCH_OUTPUT
 
@@ -165,8 +163,7 @@ class FetchTask:
         if not items:
             return
         pid, attempt = ctx.partitionId(), ctx.attemptNumber()
-        tmp = tempfile.mkdtemp(prefix=f"deltacrawl-fetch-r{self.round_no}-p{pid}-a{attempt}-")
-        try:
+        with spool.task_spool(f"r{self.round_no}-p{pid}-a{attempt}") as tmp:
             faults.task_point(attempt)
             report = progress.TaskProgress(self.progress_dir, pid, attempt, self.store) if self.progress_dir else None
             elsewhere = frozenset(ip for ip, p in self.addresses.items() if p != pid)
@@ -179,8 +176,6 @@ class FetchTask:
             if files:
                 warc_staging.upload(files, staging, self.store)
             faults.task_point(attempt, done=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         step = self.conf.fetch.arrow_batch_rows
         for i in range(0, len(results), step):
             yield output_batch(results[i:i + step], self.round_no, part_of, staging)

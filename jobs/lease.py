@@ -172,7 +172,8 @@ def free_reason(cur: Record | None, now: dt.datetime, *, this_space: str, alive)
     return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists in this pid space (one of another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -202,7 +203,7 @@ class Lease:
     def take(self, *, force: bool = False) -> Record:
         """Take the lease, or raise :class:`LeaseHeld` naming the live holder."""
         cur = self.store.latest()
-        reason = free_reason(cur, self.clock(), this_space=self.pid_space, alive=_alive)
+        reason = free_reason(cur, self.clock(), this_space=self.pid_space, alive=alive)
         if reason is None and not force:
             raise LeaseHeld(f"another writer is running: {cur.describe()}; wait for it, or if it is surely gone "
                             f"rerun with --force")
@@ -257,7 +258,7 @@ def check() -> None:
 def holder(spark, conf: Config) -> Record | None:
     """The live holder of the lease, if any (for ``status``)."""
     cur = _Store(spark, conf).latest()
-    live = free_reason(cur, now_utc(), this_space=pid_space(), alive=_alive) is None
+    live = free_reason(cur, now_utc(), this_space=pid_space(), alive=alive) is None
     return cur if live else None
 
 

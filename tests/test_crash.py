@@ -52,7 +52,7 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from jobs import cli, common, faults, ledger_mirror, warc_staging
+from jobs import cli, common, faults, ledger_mirror, spool, warc_staging
 from tests.summary import note
 from tests.cli_jvm import SPARK_LINE
 from tests.testweb import TestWeb
@@ -138,6 +138,12 @@ class Chain:
         assert cli.main(base + ["inject", str(seeds)]) == 0
         self.urls = self.crawldb_urls()
         self.done: dict[str, dict] = {}
+        self.tmp = d / "tmp"  # the runs' temp dir (TMPDIR): where their fetch tasks' spools are
+        self.tmp.mkdir()
+
+    def spools(self) -> list[str]:
+        """The fetch-task spools (jobs/spool.py) in the runs' temp dir."""
+        return sorted(p.name for p in self.tmp.glob(f"{spool.PREFIX}*"))
 
     def warc_files(self) -> set[str]:
         """Paths of the WARC files under ``storage.root/warc`` (staging included), relative to it."""
@@ -158,7 +164,7 @@ class Chain:
                 continue
             before, t0, log_from = self.urls, time.monotonic(), len(self.web.log())
             rc = run_cli(["--conf", str(self.overlay), "crawl", "--rounds", str(rounds)],
-                         env_extra={faults.ENV: spec}, log=self.d / f"run-{step}.log")
+                         env_extra={faults.ENV: spec, "TMPDIR": str(self.tmp)}, log=self.d / f"run-{step}.log")
             out = (self.d / f"run-{step}.log").read_text(errors="replace")
             assert rc == rc_want, f"run {step} ({spec}): status {rc}, wanted {rc_want}\n{out[-3000:]}"
             self.urls = self.crawldb_urls()
@@ -215,7 +221,10 @@ def test_kill_during_fetch_tasks_refetches_politely(chain):
     sent_before = len(chain.web.log())
     assert sent_before > 0, "the driver died before any request: the kill did not land inside the fetch"
     assert chain.table("fetch_output").where("round = 1").count() == 0, "nothing of the dead fetch committed"
+    if "fetch_commit" not in chain.done:
+        assert chain.spools(), "the killed tasks left no spool: this test could not see one swept"
     chain.run("fetch_commit")  # resumed with retried=True: refetches, commits, dies before promoting
+    assert chain.spools() == [], "the resumed tasks did not sweep the killed tasks' spools"
     assert chain.table("fetch_output").where("round = 1").count() > 0
     staged = Path(warc_staging.round_staging_dir(common.warc_root(chain.conf), 1))
     assert staged.is_dir() and any(staged.rglob("*.warc.gz")), "committed files wait in staging"
@@ -332,6 +341,7 @@ def test_worker_death_is_retried_politely_and_the_crawl_continues(chain):
     note(f"worker death: {len(paths)} requests in rounds {w}-3, {len(twice)} pages requested by both attempts")
     keys = [x[0] for x in fl2.select("url_fp").collect()]
     assert len(keys) == len(set(keys)) == len(urls2)
+    assert chain.spools() == [], "a dead worker's spool (jobs/spool.py) outlived the run"
 
 
 def test_after_the_chain_nothing_is_lost_and_every_pointer_reads(chain):
