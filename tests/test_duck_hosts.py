@@ -83,33 +83,39 @@ def _compare_chain(spark, ins: dict, conf, *, round_no: int = 1) -> dict:
     park = conf.politeness.failure_park_duration_s
     budgets = (conf.budget.max_pages_per_host, conf.budget.max_bytes_per_host)
     s, k = {}, {}
-    s["signals"] = HT.trap_signals(ins["updated"], near_s, ins["known"])
+
+    def done(*dfs):
+        """Each Spark step computed once (a local checkpoint), not again under every later step's lineage."""
+        cps = tuple(df.localCheckpoint() for df in dfs)
+        return cps if len(cps) > 1 else cps[0]
+    s["signals"] = done(HT.trap_signals(ins["updated"], near_s, ins["known"]))
     k["signals"] = DH.trap_signals(d["updated"], near_d, d["known"])
-    s["counts"], k["counts"] = HT.page_counts(ins["updated"]), DH.page_counts(d["updated"])
+    s["counts"], k["counts"] = done(HT.page_counts(ins["updated"])), DH.page_counts(d["updated"])
     s_counts = s["counts"].join(s["signals"], "host", "left")
     k_counts = DH.query("SELECT c.*, g.* EXCLUDE (host) FROM $c c LEFT JOIN $g g ON c.host = g.host",
                         c=k["counts"], g=k["signals"])
-    s["hosts_new"] = HT.hosts_update(ins["hosts"], ins["fetch_output"], s_counts, park_duration_s=park,
-                                     round_no=round_no, now=NOW)
+    s["hosts_new"] = done(HT.hosts_update(ins["hosts"], ins["fetch_output"], s_counts, park_duration_s=park,
+                                          round_no=round_no, now=NOW))
     k["hosts_new"] = DH.hosts_update(d["hosts"], d["fetch_output"], k_counts, park_duration_s=park,
                                      round_no=round_no, now=NOW)
     cap = max_urls_per_host(conf)
-    s["judged"] = HT.judge_traps(s["hosts_new"], conf.trap, base_cap=cap, now=NOW)
+    s["judged"] = done(HT.judge_traps(s["hosts_new"], conf.trap, base_cap=cap, now=NOW))
     k["judged"] = DH.judge_traps(k["hosts_new"], conf.trap, base_cap=cap, now=NOW)
-    s["budgeted"], s["reached"], s["exhausted"] = HT.exhausted_hosts(s["judged"], ins["hosts"], *budgets)
+    s["budgeted"], s["reached"], s["exhausted"] = done(*HT.exhausted_hosts(s["judged"], ins["hosts"], *budgets))
     k["budgeted"], k["reached"], k["exhausted"] = DH.exhausted_hosts(k["judged"], d["hosts"], *budgets)
-    s["budget_rows"] = HT.budget_rows(ins["crawldb"], s["reached"], round_no=round_no)
+    s["budget_rows"] = done(HT.budget_rows(ins["crawldb"], s["reached"], round_no=round_no))
     k["budget_rows"] = DH.budget_rows(d["crawldb"], k["reached"], round_no=round_no)
     if conf.dedup.learn_patterns:
         dd = conf.dedup
         sample = dd.pattern_sample_pages
-        s["learning"] = P.learning_hosts(ins["fetch_output"], ins["fetch_list"], ins["hosts"], sample_pages=sample)
+        s["learning"] = done(P.learning_hosts(ins["fetch_output"], ins["fetch_list"], ins["hosts"],
+                                              sample_pages=sample))
         k["learning"] = DP.learning_hosts(d["fetch_output"], d["fetch_list"], d["hosts"], sample_pages=sample)
-        s["pages"] = P.stored_pages(ins["known"], ins["updated"], s["learning"])
+        s["pages"] = done(P.stored_pages(ins["known"], ins["updated"], s["learning"]))
         k["pages"] = DP.stored_pages(d["known"], d["updated"], k["learning"])
-        s["learnt"] = P.learn(s["pages"], min_pages=dd.pattern_min_pages, min_share=dd.pattern_min_share)
+        s["learnt"] = done(P.learn(s["pages"], min_pages=dd.pattern_min_pages, min_share=dd.pattern_min_share))
         k["learnt"] = DP.learn(con, k["pages"], min_pages=dd.pattern_min_pages, min_share=dd.pattern_min_share)
-        s["with_patterns"] = P.with_patterns(s["budgeted"], s["learnt"], s["learning"])
+        s["with_patterns"] = done(P.with_patterns(s["budgeted"], s["learnt"], s["learning"]))
         k["with_patterns"] = DP.with_patterns(k["budgeted"], k["learnt"], k["learning"])
     for step in s:
         try:
