@@ -5,7 +5,8 @@ Spark (docs/ARCHITECTURE.md, "Facts the design rests on"): a failed or duplicate
 leaves its files behind, and a retried attempt writes files of the same names.
 So (Hadoop's FileOutputCommitter, done by hand):
 
-- a task writes its WARC files in a task-local temp dir under their FINAL names,
+- a task writes its WARC files in a task-local temp dir (:mod:`jobs.spool`: removed at
+  the task's end, or by a later task when the worker was killed) under their FINAL names,
   ``{warc.prefix}-r{round:06d}-p{partition:05d}-{serial:05d}.warc.gz`` — the
   same names in every attempt of that task;
 - at its end it copies them to a directory unique to the attempt,
