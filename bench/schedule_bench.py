@@ -59,11 +59,17 @@ UA = "deltacrawl/0.1 (bench-{policy}; +https://github.com/deltacrawl/deltacrawl/
 
 
 AHEAD = "ahead_"  # a crawl named ahead_<policy>: that policy with generate.due_ahead_share = --ahead
+UNDATED = "undated_"  # undated_<policy>: that policy with schedule.first_copy_dated = false
+
+
+def base_policy(name: str) -> str:
+    """The schedule.policy of a crawl named ``name`` (its variant prefixes removed)."""
+    return name.removeprefix(UNDATED).removeprefix(AHEAD)
 
 
 def overlay(work: Path, web: TestWeb, policy: str, a) -> Path:
     path = work / f"{policy}.toml"
-    ahead = a.ahead if policy.startswith(AHEAD) else 0.0
+    ahead = a.ahead if policy.removeprefix(UNDATED).startswith(AHEAD) else 0.0
     path.write_text(
         f'[storage]\nroot = "{work / policy}"\n'
         f'[crawler]\nuser_agent = "{UA.format(policy=policy)}"\n'
@@ -73,7 +79,8 @@ def overlay(work: Path, web: TestWeb, policy: str, a) -> Path:
         f"[priority]\nimportance_s = 0.0\ndepth_s = 0.0\n"
         f"[importance]\nevery_rounds = 0\n"
         f"[dedup]\nnear_duplicates = false\nlearn_patterns = false\n"
-        f'[schedule]\npolicy = "{policy.removeprefix(AHEAD)}"\ndefault_interval_s = {a.interval}\n'
+        f'[schedule]\npolicy = "{base_policy(policy)}"\ndefault_interval_s = {a.interval}\n'
+        f"first_copy_dated = {'false' if policy.startswith(UNDATED) else 'true'}\n"
         f"min_interval_s = 1.0\nmax_interval_s = 1000000.0\n")
     return path
 
@@ -231,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-rep", type=int, default=0, help="the first rep's number (its web's seed is 100 + it)")
     ap.add_argument("--stagger", type=float, default=5.0, help="seconds between the crawls' starts")
     ap.add_argument("--policies", default=",".join(POLICIES),
-                    help=f"crawls side by side: a policy, or {AHEAD}<policy>: it with generate.due_ahead_share = --ahead")
+                    help=f"crawls side by side: a policy, or {AHEAD}<policy>: it with generate.due_ahead_share = "
+                         f"--ahead, or {UNDATED}<policy>: it with schedule.first_copy_dated = false")
     ap.add_argument("--ahead", type=float, default=0.5, help=f"generate.due_ahead_share of the {AHEAD}<policy> crawls")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     ap.add_argument("--keep", help="keep the crawls under this directory")

@@ -155,6 +155,23 @@ def observe(intervals: Sequence[float], unchanged_span: float, gap: float, chang
     return intervals, unchanged_span
 
 
+def first_copy(since_modified: float | None) -> tuple[list[float], float] | None:
+    """The history a page's first copy starts (pure; update's Column version is in
+    ``jobs.schedule_transforms.with_history``), with ``schedule.first_copy_dated``: None without a
+    Last-Modified ``since_modified`` seconds before the fetch (or with one not in the past).
+
+    A page changing as a Poisson process and first seen at a time that has nothing to do with its
+    changes was last changed an exponentially distributed time before (the backward recurrence time of
+    a Poisson process is Exp(λ)): its likelihood λ·exp(-λs), the same terms as a dated change: a
+    changed interval of 0 and ``since_modified`` unchanged seconds. So a page untouched for a year
+    starts slow and one changed a minute ago fast, before any re-visit. A page created at its
+    Last-Modified and never changed is counted as changed then: its rate starts higher than it is, and
+    the re-visits that find it unchanged bring it down."""
+    if since_modified is None or since_modified <= 0:
+        return None
+    return [0.0], float(since_modified)
+
+
 # -- the interval -----------------------------------------------------------------------------------
 def freshness_gain(r, ops=PLAIN):
     """g(r) = 1 - (1 + r) exp(-r): λ/w times the marginal freshness of one more fetch per second."""

@@ -250,6 +250,7 @@ RULES: dict[str, Check] = {
     "schedule.min_interval_s": above(0),
     "schedule.max_interval_s": above(0),
     "schedule.prior_changes": above(0),
+    "schedule.first_copy_dated": ANY,
     "schedule.change_history": COUNT,
     "schedule.nutch_inc_rate": at_least(0),
     "schedule.nutch_dec_rate": at_least_below(0, 1),

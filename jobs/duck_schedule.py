@@ -126,7 +126,9 @@ def with_history(con: duckdb.DuckDBPyConnection, df: duckdb.DuckDBPyRelation, sc
       FROM $df),
     seen AS (
       SELECT *, __stored AND __changed IS NOT NULL AND __gap > 0 AS __seen,
-             __changed AND __since IS NOT NULL AND __since > 0 AND __since < __gap AS __dated
+             __changed AND __since IS NOT NULL AND __since > 0 AND __since < __gap AS __dated,
+             {literal(bool(schedule.first_copy_dated))} AND __stored AND __changed IS NULL
+               AND o_change_intervals_s IS NULL AND __since IS NOT NULL AND __since > 0 AS __first
       FROM base),
     grown AS (
       SELECT *,
@@ -140,9 +142,11 @@ def with_history(con: duckdb.DuckDBPyConnection, df: duckdb.DuckDBPyRelation, sc
              CASE WHEN __seen THEN (CASE WHEN len(__grown) > {keep}
                                          THEN list_slice(__grown, len(__grown) - {keep} + 1, len(__grown))
                                          ELSE __grown END)
+                  WHEN __first THEN [0.0::DOUBLE]
                   ELSE o_change_intervals_s END AS {HIST},
              CASE WHEN __seen THEN (CASE WHEN len(__grown) > {keep} THEN __span1 * {literal(keep / (keep + 1))}
                                          ELSE __span1 END)
+                  WHEN __first THEN CAST(__since AS DOUBLE)
                   ELSE o_unchanged_span_s END AS {SPAN}
       FROM grown)
     SELECT {own}, {GAP}, {HIST}, {SPAN}, {_rate(schedule, '__stored')} AS {RATE} FROM history"""

@@ -97,7 +97,8 @@ def host_priors(hosts: DataFrame, schedule) -> DataFrame:
 def with_history(df: DataFrame, schedule, *, cat: Column, changed: Column) -> DataFrame:
     """``df`` (page rows + ``o_*`` + ``_prior_rate``; ``cat``: the transition-table row, ``changed``: the
     visit saw a change, null when there is no previous copy) with :data:`GAP`, :data:`HIST`, :data:`SPAN`
-    (the history after this visit, ``change_rate.observe`` as Columns) and :data:`RATE` (the estimate, with
+    (the history after this visit, ``change_rate.observe`` as Columns; a first copy's from its Last-Modified,
+    ``change_rate.first_copy``, with ``schedule.first_copy_dated``) and :data:`RATE` (the estimate, with
     ``schedule.policy = "adaptive"`` only; null under the others: ``crawl_udfs.change_rate.change_rate`` of
     the stored history gives it whenever wanted)."""
     o = lambda c: F.col(f"o_{c}")  # noqa: E731
@@ -117,9 +118,12 @@ def with_history(df: DataFrame, schedule, *, cat: Column, changed: Column) -> Da
     over = F.size(grown) > F.lit(keep)
     hist = F.when(over, F.slice(grown, -keep, keep)).otherwise(grown)
     span = F.when(over, span1 * F.lit(keep / (keep + 1))).otherwise(span1)
+    # a first copy dated by Last-Modified (change_rate.first_copy): a dated change and the time since
+    first = (F.lit(bool(schedule.first_copy_dated)) & stored & changed.isNull() & o("change_intervals_s").isNull()
+             & since.isNotNull() & (since > 0))
     df = (df.withColumn(GAP, F.when(seen, gap))
-          .withColumn(HIST, F.when(seen, hist).otherwise(o("change_intervals_s")))
-          .withColumn(SPAN, F.when(seen, span).otherwise(o("unchanged_span_s"))))
+          .withColumn(HIST, F.when(seen, hist).when(first, F.array(F.lit(0.0))).otherwise(o("change_intervals_s")))
+          .withColumn(SPAN, F.when(seen, span).when(first, since.cast("double")).otherwise(o("unchanged_span_s"))))
     if schedule.policy != "adaptive":  # the rate only adaptive reads: no bisection per row under the others
         return df.withColumn(RATE, F.when(stored, F.lit(None).cast("double")).otherwise(o("change_rate")))
     prior = F.coalesce(F.col(PRIOR), F.lit(1.0 / float(schedule.default_interval_s)))

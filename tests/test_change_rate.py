@@ -61,6 +61,22 @@ def test_last_modified_dates_find_rates_the_visits_cannot_resolve():
     assert hist.count(0.0) > 250  # dated changes are kept as 0-length changed intervals
 
 
+def test_a_first_copys_last_modified_places_a_page_among_its_hosts_pages():
+    """Pages of one host whose rates span 1/100 .. 1/100,000 s, each seen once: the time since each one's
+    last change (exponential at its rate) moves its estimate from the host's rate toward its own."""
+    assert R.first_copy(None) is None and R.first_copy(0.0) is None and R.first_copy(-5.0) is None
+    assert R.first_copy(3600.0) == ([0.0], 3600.0)
+    rng = random.Random(7)
+    rates = [10 ** rng.uniform(-5, -2) for _ in range(2000)]
+    host = sum(rates) / len(rates)
+    err_prior = err_first = 0.0
+    for rate in rates:
+        hist, span = R.first_copy(rng.expovariate(rate))
+        err_prior += abs(math.log(host / rate))
+        err_first += abs(math.log(R.change_rate(hist, span, host, 1.0) / rate))
+    assert err_first < 0.7 * err_prior, (err_first / len(rates), err_prior / len(rates))
+
+
 def test_a_new_page_starts_at_its_hosts_rate_and_evidence_moves_it():
     fast_host = 1 / 60.0
     assert math.isclose(R.change_rate([], 0.0, fast_host, 1.0), fast_host, rel_tol=1e-6)

@@ -78,6 +78,9 @@ VISITS = {
     "revisit_304": (dict(outcome="not_modified", status_code=304),
                     dict(status="fetched", digest="sha1:A", last_visit_time=T0 - sec(2 * DAY), fetch_interval_s=DAY),
                     (2 * DAY, False, None)),
+    # a first copy dated by Last-Modified (schedule.first_copy_dated): its history starts [0], 30 days
+    "first_dated": (dict(outcome="ok", status_code=200, digest="sha1:J", last_modified=_http_date(T0 - sec(30 * DAY))),
+                    dict(), ("first", 30 * DAY)),
     "first_on_fast_host": (dict(outcome="ok", status_code=200, digest="sha1:F", host="fast.test"),
                            dict(host="fast.test"), None),
     "first_on_slow_host": (dict(outcome="ok", status_code=200, digest="sha1:G", host="slow.test"),
@@ -128,7 +131,9 @@ def test_history_and_rate_are_kept_alike_under_every_policy_and_are_the_pure_one
     rows = {p: got for p, (got, _, _) in policies.items()}
     for name, (p, o, visit) in VISITS.items():
         hist, span = o.get("change_intervals_s"), o.get("unchanged_span_s")
-        if visit is not None:
+        if visit is not None and visit[0] == "first":
+            hist, span = R.first_copy(visit[1])
+        elif visit is not None:
             hist, span = R.observe(hist or [], span or 0.0, *visit, keep=CONF.schedule.change_history)
         prior = _prior(p.get("host", "s.test"))
         want_rate = R.change_rate(hist or [], span or 0.0, prior, CONF.schedule.prior_changes)
@@ -141,6 +146,10 @@ def test_history_and_rate_are_kept_alike_under_every_policy_and_are_the_pure_one
                 assert r["change_rate"] is None
             assert r["last_visit_time"] == T0
     assert rows["fixed"]["dated_change"]["change_intervals_s"] == [0.0]  # Last-Modified dated the change
+    assert rows["fixed"]["first_dated"]["change_intervals_s"] == [0.0]  # and the first copy's last change
+    assert rows["fixed"]["first_on_fast_host"]["change_intervals_s"] is None  # no Last-Modified: no history
+    # a page untouched for 30 days starts slower than its host's rate (the prior, ~1/7 days in this conf)
+    assert rows["adaptive"]["first_dated"]["change_rate"] < 0.5 * _prior("s.test")
 
 
 def test_fixed_policy_is_the_default_interval(policies):

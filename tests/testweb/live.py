@@ -9,8 +9,9 @@ nominal second (the time compression), so the real rate is ``nominal / live_time
 are a Poisson process started at the server's start time ``epoch``, drawn from the seed, each change
 time rounded up to the next whole epoch second (so ``Last-Modified`` is exact; two changes in one
 second are one). Version v of a page (v = changes at or before t) has a new main text (150 words,
-SimHash far from the others'), ``ETag`` of its body and ``Last-Modified`` of its last change (the
-epoch second before ``epoch`` for v = 0); a conditional GET it satisfies (If-None-Match wins over
+SimHash far from the others'), ``ETag`` of its body and ``Last-Modified`` of its last change (for
+v = 0, one an exponential time at the page's rate before ``epoch``, as on a web that changed before
+the server started: :meth:`LiveWeb.age`); a conditional GET it satisfies (If-None-Match wins over
 If-Modified-Since, RFC 9110) gets 304. The server writes ``DIR/live.json`` (:meth:`LiveWeb.to_json`)
 at start; ``LiveWeb.load(path)`` (or ``TestWeb.live``) rebuilds the same model in any process, and
 answers at any instant: :meth:`~LiveWeb.rate`, :meth:`~LiveWeb.changes`, :meth:`~LiveWeb.version`,
@@ -124,9 +125,17 @@ class LiveWeb:
         return len(self.changes(*where, until=at))
 
     def last_modified(self, *where: str, at: float) -> int:
-        """Epoch second of the version served at ``at`` (its last change; ``floor(epoch)`` for version 0)."""
+        """Epoch second of the version served at ``at``: its last change; for version 0 the change before
+        ``epoch`` (:meth:`age`)."""
         times = self.changes(*where, until=at)
-        return times[-1] if times else math.floor(self.epoch)
+        return times[-1] if times else math.floor(self.epoch - self.age(*where))
+
+    def age(self, *where: str) -> float:
+        """Seconds between version 0's last change and ``epoch``: as on a web that was changing long before
+        the server started (its process stationary), exponential at the page's rate (the backward recurrence
+        time of a Poisson process), drawn from the seed apart from the changes after ``epoch``."""
+        host, path = self.key(*where)
+        return random.Random(f"{self.seed}/live/{host}{path}/age").expovariate(self._rates[(host, path)])
 
     # -- what the server sends
     def page(self, *where: str, version: int) -> Page:
