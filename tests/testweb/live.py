@@ -4,7 +4,9 @@ API. With ``Knobs(live_hosts=H, live_pages=P)`` the test web adds H hosts ``live
 ``live-{H-1}.test`` (after every other host; 0 by default, so no other test sees them), each with a
 static home page ``/`` listing its P live pages ``/live/0`` … ``/live/{P-1}``. Page k of the H × P has
 a true change rate spread log-uniformly (stratified, then shuffled by the seed) over
-``[live_rate_min, live_rate_max]`` per *nominal* second; ``live_time_scale`` real seconds make one
+``[live_rate_min, live_rate_max]`` per *nominal* second, or, with ``live_fast_share`` s > 0, in two classes (a
+web of hubs that change often and articles that seldom do): round(s × H × P) pages at ``live_rate_max``, the
+others at ``live_rate_min``, shuffled by the seed; ``live_time_scale`` real seconds make one
 nominal second (the time compression), so the real rate is ``nominal / live_time_scale``. Its changes
 are a Poisson process started at the server's start time ``epoch``, drawn from the seed, each change
 time rounded up to the next whole epoch second (so ``Last-Modified`` is exact; two changes in one
@@ -69,15 +71,20 @@ class LiveWeb:
     """The live pages' truth: rates, change instants, versions and bodies (see the module docstring)."""
 
     def __init__(self, seed: int, hosts: int, pages: int, rate_min: float, rate_max: float, time_scale: float,
-                 epoch: float, port: int = 0):
-        if hosts < 0 or pages < 1 or not 0 < rate_min <= rate_max or time_scale <= 0:
+                 epoch: float, port: int = 0, fast_share: float = 0.0):
+        if hosts < 0 or pages < 1 or not 0 < rate_min <= rate_max or time_scale <= 0 or not 0 <= fast_share <= 1:
             raise ValueError(f"bad live pages: hosts={hosts} pages={pages} rates={rate_min}..{rate_max} "
-                             f"time_scale={time_scale}")
+                             f"time_scale={time_scale} fast_share={fast_share}")
         self.seed, self.hosts, self.pages, self.port = seed, hosts, pages, port
         self.rate_min, self.rate_max, self.time_scale, self.epoch = rate_min, rate_max, time_scale, epoch
+        self.fast_share = fast_share
         keys = [(host_name(j), page_path(i)) for j in range(hosts) for i in range(pages)]
         n = len(keys)
-        strata = [rate_max * (rate_min / rate_max) ** ((k + 0.5) / n) for k in range(n)]
+        if fast_share:
+            fast = round(fast_share * n)
+            strata = [rate_max] * fast + [rate_min] * (n - fast)
+        else:
+            strata = [rate_max * (rate_min / rate_max) ** ((k + 0.5) / n) for k in range(n)]
         random.Random(f"{seed}/live/rates").shuffle(strata)
         self._rates = {key: r / time_scale for key, r in zip(keys, strata)}
         self._procs: dict[tuple[str, str], _Process] = {}
@@ -85,7 +92,7 @@ class LiveWeb:
     @classmethod
     def from_knobs(cls, seed: int, knobs: Knobs, epoch: float, port: int = 0) -> "LiveWeb":
         return cls(seed, knobs.live_hosts, knobs.live_pages, knobs.live_rate_min, knobs.live_rate_max,
-                   knobs.live_time_scale, epoch, port)
+                   knobs.live_time_scale, epoch, port, knobs.live_fast_share)
 
     # -- the truth
     def keys(self) -> list[tuple[str, str]]:
@@ -155,7 +162,7 @@ class LiveWeb:
     def to_json(self) -> dict:
         return {"seed": self.seed, "hosts": self.hosts, "pages": self.pages, "rate_min": self.rate_min,
                 "rate_max": self.rate_max, "time_scale": self.time_scale, "epoch": self.epoch, "port": self.port,
-                "rates": {f"{h}{p}": r for (h, p), r in self._rates.items()}}
+                "fast_share": self.fast_share, "rates": {f"{h}{p}": r for (h, p), r in self._rates.items()}}
 
     def write(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -166,7 +173,7 @@ class LiveWeb:
     def load(cls, path: Path | str) -> "LiveWeb":
         d = json.loads(Path(path).read_text())
         return cls(d["seed"], d["hosts"], d["pages"], d["rate_min"], d["rate_max"], d["time_scale"], d["epoch"],
-                   d["port"])
+                   d["port"], d.get("fast_share", 0.0))
 
 
 def not_modified(etag: str, last_modified_s: int, if_none_match: str | None, if_modified_since_s: float | None) -> bool:

@@ -98,6 +98,8 @@ class Knobs:
     live_pages: int = 15                           # live pages per live host
     live_rate_min: float = 1 / 2000                # slowest change rate, per nominal second (log-uniform spread)
     live_rate_max: float = 1 / 20                  # fastest change rate, per nominal second
+    live_fast_share: float = 0.0                   # > 0: that share of the pages at live_rate_max, the rest at
+                                                   # live_rate_min (two classes, not the log-uniform spread)
     live_time_scale: float = 1.0                   # real seconds per nominal second (the time compression)
 
     def as_dict(self) -> dict:
