@@ -66,15 +66,35 @@ AHEAD = "ahead_"  # a crawl named ahead_<policy>: that policy with generate.due_
 UNDATED = "undated_"  # undated_<policy>: that policy with schedule.first_copy_dated = false
 
 
+SET = "@"  # <name>@section.key=value: that crawl with one more setting (several: @a.b=1@c.d=2)
+
+
 def base_policy(name: str) -> str:
-    """The schedule.policy of a crawl named ``name`` (its variant prefixes removed)."""
-    return name.removeprefix(UNDATED).removeprefix(AHEAD)
+    """The schedule.policy of a crawl named ``name`` (its variant prefixes and settings removed)."""
+    return name.split(SET)[0].removeprefix(UNDATED).removeprefix(AHEAD)
+
+
+def with_settings(toml: str, name: str) -> str:
+    """``toml`` (one ``[section]`` line per table) with the ``@section.key=value`` settings of ``name`` put in
+    their tables, replacing a key already there."""
+    tables: dict[str, list[str]] = {}
+    current = ""
+    for line in toml.splitlines():
+        if line.startswith("["):
+            current = line.strip("[]")
+        tables.setdefault(current, []).append(line)
+    for setting in name.split(SET)[1:]:
+        dotted, value = setting.split("=", 1)
+        section, key = dotted.rsplit(".", 1)
+        lines = tables.setdefault(section, [f"[{section}]"])
+        lines[:] = [ln for ln in lines if not ln.startswith(f"{key} =")] + [f"{key} = {value}"]
+    return "\n".join(ln for lines in tables.values() for ln in lines) + "\n"
 
 
 def overlay(work: Path, web: TestWeb, policy: str, a) -> Path:
     path = work / f"{policy}.toml"
     ahead = a.ahead if policy.removeprefix(UNDATED).startswith(AHEAD) else 0.0
-    path.write_text(
+    path.write_text(with_settings(
         f'[storage]\nroot = "{work / policy}"\n'
         f'[crawler]\nuser_agent = "{UA.format(policy=policy)}"\n'
         f'[net]\nhosts_file = "{web.hosts_file}"\nallow_private_cidrs = ["127.10.0.0/16"]\n'
@@ -85,7 +105,7 @@ def overlay(work: Path, web: TestWeb, policy: str, a) -> Path:
         f"[dedup]\nnear_duplicates = false\nlearn_patterns = false\n"
         f'[schedule]\npolicy = "{base_policy(policy)}"\ndefault_interval_s = {a.interval}\n'
         f"first_copy_dated = {'false' if policy.startswith(UNDATED) else 'true'}\n"
-        f"min_interval_s = 1.0\nmax_interval_s = 1000000.0\n")
+        f"min_interval_s = 1.0\nmax_interval_s = 1000000.0\n", policy))
     return path
 
 
@@ -152,7 +172,7 @@ def judge_rep(records: list[dict], live, times: dict, rep: int, a) -> list[dict]
         if "t1" not in t:
             rows.append({"rep": rep, "policy": p, "error": t.get("error", "no end time")})
             continue
-        fetches = S.live_fetches(records, live, ua=f"bench-{p}")
+        fetches = S.live_fetches(records, live, ua=f"bench-{p};")  # the ";" ends the name: adaptive is not adaptive@...
         if not all(fetches.values()):
             rows.append({"rep": rep, "policy": p, "error": "a live page was never fetched: more rounds"})
             continue
@@ -163,7 +183,7 @@ def judge_rep(records: list[dict], live, times: dict, rep: int, a) -> list[dict]
             continue
         j = S.judge(live, fetches, t0, t["t1"])
         ref = S.references(live, j.fetches_per_s, t0, t["t1"])
-        n304 = sum(1 for r in records if r.get("kind") == "live" and f"bench-{p}" in r.get("ua", "")
+        n304 = sum(1 for r in records if r.get("kind") == "live" and f"bench-{p};" in r.get("ua", "")
                    and r.get("status") == 304 and t0 < r["start"] <= t["t1"])
         halves = []  # the noise of the change draws: the same crawl judged on two halves of the hosts
         for half in (0, 1):
@@ -247,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stagger", type=float, default=5.0, help="seconds between the crawls' starts")
     ap.add_argument("--policies", default=",".join(POLICIES),
                     help=f"crawls side by side: a policy, or {AHEAD}<policy>: it with generate.due_ahead_share = "
-                         f"--ahead, or {UNDATED}<policy>: it with schedule.first_copy_dated = false")
+                         f"--ahead, or {UNDATED}<policy>: it with schedule.first_copy_dated = false; any of these with "
+                         f"{SET}section.key=value: that setting too (adaptive{SET}schedule.prior_changes=1.0)")
     ap.add_argument("--ahead", type=float, default=0.5, help=f"generate.due_ahead_share of the {AHEAD}<policy> crawls")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     ap.add_argument("--keep", help="keep the crawls under this directory")
