@@ -62,6 +62,12 @@ POLICIES = ("fixed", "adaptive", "nutch")
 UA = "deltacrawl/0.1 (bench-{policy}; +https://github.com/deltacrawl/deltacrawl/blob/main/docs/BOT.md)"
 
 
+def ua_tag(name: str) -> str:
+    """What a crawl's User-Agent holds and no other crawl's does: the name up to its ";" (adaptive is not
+    adaptive@...)."""
+    return f"bench-{name};"
+
+
 AHEAD = "ahead_"  # a crawl named ahead_<policy>: that policy with generate.due_ahead_share = --ahead
 UNDATED = "undated_"  # undated_<policy>: that policy with schedule.first_copy_dated = false
 
@@ -172,7 +178,7 @@ def judge_rep(records: list[dict], live, times: dict, rep: int, a) -> list[dict]
         if "t1" not in t:
             rows.append({"rep": rep, "policy": p, "error": t.get("error", "no end time")})
             continue
-        fetches = S.live_fetches(records, live, ua=f"bench-{p};")  # the ";" ends the name: adaptive is not adaptive@...
+        fetches = S.live_fetches(records, live, ua=ua_tag(p))
         if not all(fetches.values()):
             rows.append({"rep": rep, "policy": p, "error": "a live page was never fetched: more rounds"})
             continue
@@ -183,7 +189,7 @@ def judge_rep(records: list[dict], live, times: dict, rep: int, a) -> list[dict]
             continue
         j = S.judge(live, fetches, t0, t["t1"])
         ref = S.references(live, j.fetches_per_s, t0, t["t1"])
-        n304 = sum(1 for r in records if r.get("kind") == "live" and f"bench-{p};" in r.get("ua", "")
+        n304 = sum(1 for r in records if r.get("kind") == "live" and ua_tag(p) in r.get("ua", "")
                    and r.get("status") == 304 and t0 < r["start"] <= t["t1"])
         halves = []  # the noise of the change draws: the same crawl judged on two halves of the hosts
         for half in (0, 1):

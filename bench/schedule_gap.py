@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.schedule_bench import ua_tag  # noqa: E402
 from tests.testweb import read_log  # noqa: E402
 from tests.testweb import staleness as S  # noqa: E402
 from tests.testweb.live import LiveWeb  # noqa: E402
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     live = LiveWeb.load(a.dir / "web" / "live.json")
     times = json.loads((a.dir / "times.json").read_text())[a.policy]
-    fetches = S.live_fetches(read_log(a.dir / "web" / "requests.jsonl"), live, ua=f"bench-{a.policy};")  # the whole name, as schedule_bench
+    fetches = S.live_fetches(read_log(a.dir / "web" / "requests.jsonl"), live, ua=ua_tag(a.policy))
     t0 = max(fs[0] for fs in fetches.values())  # as bench.schedule_bench: from when every page has a copy
     t1 = min(times["t1"], a.until or times["t1"])
     rows = {live.key(r["url"]): r for r in crawl_db(a.dir, a.policy)}
