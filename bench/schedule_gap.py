@@ -73,6 +73,9 @@ def split(live, fetches: dict, rows: dict, t0: float, t1: float) -> dict:
     out = {"B": b, "actual": j.stale_share, "oracle": oracle, "uniform": S.uniform_staleness(rates, b)}
     est = {k: r["change_rate"] for k, r in rows.items() if r.get("change_rate")}
     out["planned_per_s"] = sum(1.0 / r["fetch_interval_s"] for r in rows.values())
+    longest = max((r["fetch_interval_s"] for r in rows.values()), default=0.0)
+    out["given_up"] = sorted(f"{k[0]}{k[1]} ({live.rate(*k) * 3600:.2f}/h)" for k, r in rows.items()
+                             if r["fetch_interval_s"] >= longest > 100 * (t1 - t0))
     if len(est) == len(keys):
         factor, out["estimate_over_true"] = estimates_factor(live, est, b)
         out["estimates"] = factor * oracle
@@ -188,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{s['actual'] / s['realised_run']:.3f}x its own realised periodic)")
     print(f"  re-fetch rate the crawl's last intervals plan (sum of 1 / fetch_interval_s): {s['planned_per_s']:.4f}/s "
           f"against B {s['B']:.4f}/s achieved")
+    print(f"  pages given up at the end (the longest interval, never due in the window): {len(s['given_up'])} "
+          f"{', '.join(map(str, s['given_up']))}")
     for secs, factor, e in over_time(a.dir, a.policy, live, s["B"], t0, t1, a.over_time) if a.over_time else []:
         print(f"  estimates held {secs:6.0f} s into the window: {factor:.3f}x oracle; estimate/true rate "
               f"p10 {e['p10']:.2f}, median {e['median']:.2f}, p90 {e['p90']:.2f}")

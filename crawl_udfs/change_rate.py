@@ -19,20 +19,35 @@ visited). A change dated by Last-Modified (their section 6: the last change at t
 is known) is the limit t_i -> 0 of a changed interval, term 1/λ, with the time since L added to U; so
 the Last-Modified estimator is the same equation with those terms.
 
-The prior (empirical Bayes): λ ~ Gamma(1 + k, k / λ_host), k = ``schedule.prior_changes``: "k changes
-seen over k / λ_host seconds". The posterior mode (MAP) solves
-    Σ t_i / (exp(λ t_i) - 1) + k / λ = U + k / λ_host,
-a decreasing function of λ, so it has one root, found by bisection on log λ; with no history it is
-λ_host. λ_host is the host's pooled revisits (n visits, X of them changed, mean interval T/n) through
-the bias-reduced estimator for regular access of the same paper (section 4):
-λ = -log((n - X + 0.5) / (n + 1)) / (T / n) (n + 1 where the paper has n + 0.5: never 0); with no revisits on the host, 1 / default_interval_s.
+The prior (empirical Bayes), in two steps:
+1. The host's mixture. A host holds pages of different paces (the hubs that change hourly, the articles
+   that never do), so one prior around the host's mean pulls both toward the middle (measured: the slow
+   pages of the two-class staleness bench estimated at 1.7-1.8x their rate, bench/RESULTS.md session 26).
+   Each host keeps weights over a grid of rates (:data:`LOG_GRID`, ``hosts.rate_mass``): a base bump around
+   its pooled rate λ_host plus, for every revisit of one of its pages, that page's posterior over the grid
+   weighted by the time it covered (:func:`revisit_mass`): one step of EM a revisit (online EM, Cappé &
+   Moulines 2009), the nonparametric maximum likelihood prior of Laird (1978) in the limit. λ_host is the
+   host's pooled revisits (n visits, X of them changed, mean interval T/n) through the bias-reduced
+   estimator for regular access of the same paper (section 4): λ = -log((n - X + 0.5) / (n + 1)) / (T / n)
+   (n + 1 where the paper has n + 0.5: never 0); with no revisits on the host, 1 / default_interval_s.
+2. The page's estimate. Its posterior over the grid (the host's weights × its history's likelihood) says
+   which of the host's paces it has: λ_c = exp(E[ln λ]). Then λ ~ Gamma(1 + k, k / λ_c), k =
+   ``schedule.prior_changes`` ("k changes seen over k / λ_c seconds"), and the posterior mode (MAP) solves
+       Σ t_i / (exp(λ t_i) - 1) + k / λ = U + k / λ_c,
+   a decreasing function of λ, so it has one root, found by bisection on log λ. The grid places the page;
+   the MAP gives its rate without the grid's steps. With no history λ_c is the host's weights' centre (on a
+   host without revisits: λ_host). The page's history counts in both steps; with k = 1 against the dozens
+   of intervals a page keeps, the second count is small.
 
 The interval (Cho & Garcia-Molina, "Synchronizing a database to improve freshness", SIGMOD 2000): a page
 re-fetched every I = 1/f is fresh a share F(λ, f) = (f/λ)(1 - exp(-λ/f)) of the time. Maximising
 Σ w_i F(λ_i, f_i) under Σ f_i = B (the re-fetch budget) gives, with multiplier μ, for every page kept
 w/λ · g(λ/f) = μ, g(r) = 1 - (1 + r) exp(-r): r = g⁻¹(μλ/w), I = r/λ; when μλ/w >= 1 the page is not
 worth its fetches (I = the maximum). Small λ: I ≈ sqrt(2μ/(wλ)), shorter as λ grows but far from
-proportional; large λ: I grows again (pages changing faster than they can be kept fresh get less).
+proportional; large λ: I grows again (pages changing faster than they can be kept fresh get less). The rule
+is for known rates; with estimated ones a page given up is not seen again for the maximum interval, so
+its estimate is never corrected: the give-up is decided on the low end of the page's posterior
+(:func:`decided_rate`).
 """
 
 from __future__ import annotations
@@ -77,9 +92,27 @@ class PlainMath:
     def least(a, b):
         return min(a, b)
 
+    sqrt = staticmethod(math.sqrt)
+
     @staticmethod
     def array_sum(values: Iterable[float], term):
         return sum((term(v) for v in values), 0.0)
+
+    @staticmethod
+    def array_lit(values: Iterable[float]) -> list[float]:
+        return [float(v) for v in values]
+
+    @staticmethod
+    def array_map(values: Iterable[float], f) -> list:
+        return [f(v) for v in values]
+
+    @staticmethod
+    def array_zip(a: Iterable[float], b: Iterable[float], f) -> list:
+        return [f(x, y) for x, y in zip(a, b, strict=True)]
+
+    @staticmethod
+    def array_max(values: Iterable[float]) -> float:
+        return max(values)
 
     @staticmethod
     def bisect(lo, hi, steps: int, positive_at, **params):
@@ -123,6 +156,94 @@ def host_rate(visits, changes, span, default_interval_s: float, ops=PLAIN):
     mean = ops.greatest(span, ops.lit(1e-9)) / n
     reduced = -ops.log((n - changes + 0.5) / (n + 1.0)) / mean
     return ops.when((visits > 0) & (span > 0), reduced, ops.lit(1.0 / float(default_interval_s)))
+
+
+# -- the host's mixture prior ----------------------------------------------------------------------
+#: The grid a host's prior lives on: ln λ (per second) from 1e-10 to 100, three a decade. Wider than any
+#: rate a crawl sees (once in ~3 years .. once a second), so the base bump is not cut short at either end
+#: and a new page starts at its host's pooled rate (within 1 %).
+LOG_GRID = tuple(math.log(10.0) * (-10 + i / 3) for i in range(37))
+#: The base measure: a bump in ln λ around the host's pooled rate (sd one decade), weighing as much as
+#: ``BASE_WEIGHT`` revisits one ``default_interval_s`` apart against the host's accumulated mass.
+BASE_SD, BASE_WEIGHT = math.log(10.0), 1.0
+#: A give-up is decided on the estimate scaled down by this many posterior sds of ln λ (10 % one-sided).
+GIVE_UP_Z = 1.2816
+#: What a zero weight or probability counts as under a logarithm.
+TINY = 1e-300
+
+
+#: The base bump's height: its points sum to BASE_WEIGHT (a Gaussian sampled every GRID_STEP, sd 3 steps:
+#: its sum is sd·sqrt(2π)/step to ~1e-10 away from the grid's ends, and the weights are relative anyway).
+GRID_STEP = LOG_GRID[1] - LOG_GRID[0]
+BASE_HEIGHT = BASE_WEIGHT * GRID_STEP / (BASE_SD * math.sqrt(2 * math.pi))
+
+
+def mixture_weights(prior_rate, mass, ops=PLAIN):
+    """A host's prior over :data:`LOG_GRID`, as relative weights (only their ratios count): the base bump
+    around its pooled ``prior_rate`` (:func:`host_rate`), weighing :data:`BASE_WEIGHT`, plus its accumulated
+    ``mass`` (one value per grid point, :func:`revisit_mass` summed over its pages' revisits; zeros when
+    none). One pass over the grid, no array inside another's loop (DuckDB runs those ~50x slower)."""
+    centre = ops.log(prior_rate)
+    return ops.array_zip(ops.array_lit(LOG_GRID), mass,
+                         lambda g, m: ops.exp((g - centre) * (g - centre) * (-0.5 / BASE_SD ** 2)) * BASE_HEIGHT + m)
+
+
+def log_likelihood(hist, span, rate, ops=PLAIN):
+    """ln P(history | λ): Σ ln(1 - exp(-λ t_i)) over the changed intervals (ln λ for a dated one, t = 0)
+    - λ U (the function :func:`change_rate` maximises with the prior's terms added)."""
+    return ops.array_sum(hist, lambda t: ops.when(t > 0, ops.log(ops.greatest(-ops.expm1(-rate * t), ops.lit(TINY))),
+                                                  ops.log(rate))) - rate * span
+
+
+def log_posterior(hist, span, weights, ops=PLAIN):
+    """Per grid point, ln(prior weight × likelihood of the history): the posterior, unnormalised."""
+    def at(g, w):
+        return ops.log(ops.greatest(w, ops.lit(TINY))) + log_likelihood(hist, span, ops.exp(g), ops)
+    return ops.array_zip(ops.array_lit(LOG_GRID), weights, at)
+
+
+def log_normaliser(log_post, ops=PLAIN):
+    """ln Σ exp(:func:`log_posterior`), without overflow (a scalar the engines keep in a column)."""
+    top = ops.array_max(log_post)
+    return top + ops.log(ops.array_sum(log_post, lambda x: ops.exp(x - top)))
+
+
+def responsibilities(log_post, log_norm, ops=PLAIN):
+    """The posterior over the grid (sums to 1): how much each grid rate explains the page."""
+    return ops.array_map(log_post, lambda x: ops.exp(x - log_norm))
+
+
+def log_mean(resp, ops=PLAIN):
+    """E[ln λ] under the posterior ``resp``: exp of it is the centre of the page's Gamma prior."""
+    return ops.array_sum(ops.array_zip(resp, ops.array_lit(LOG_GRID), lambda p, g: p * g), lambda x: x)
+
+
+def log_sd(resp, mean, ops=PLAIN):
+    """The posterior's sd of ln λ (``mean``: :func:`log_mean`): how well the page's rate is known."""
+    second = ops.array_sum(ops.array_zip(resp, ops.array_lit(LOG_GRID), lambda p, g: p * g * g), lambda x: x)
+    return ops.sqrt(ops.greatest(second - mean * mean, ops.lit(0.0)))
+
+
+def posterior(hist, span, weights) -> list[float]:
+    """:func:`responsibilities` of a history on floats (tests, benchmarks)."""
+    lp = log_posterior(hist, span, weights)
+    return responsibilities(lp, log_normaliser(lp))
+
+
+def estimate(hist, span, weights, prior_changes: float) -> tuple[float, float, list[float]]:
+    """A page's rate, the rate a give-up is decided on (:func:`decided_rate`) and its posterior, on floats:
+    the steps update takes (``jobs.schedule_transforms.with_rate``), for tests and benchmarks."""
+    resp = posterior(hist, span, weights)
+    mean = log_mean(resp)
+    rate = change_rate(hist, span, math.exp(mean), prior_changes)
+    return rate, rate * math.exp(-GIVE_UP_Z * log_sd(resp, mean)), resp
+
+
+def revisit_mass(resp, gap, default_interval_s: float, ops=PLAIN):
+    """What one revisit adds to its host's mass: its page's responsibilities × ``gap`` / default_interval_s.
+    Weighted by time, a page revisited often counts no more than one revisited seldom (each counts by
+    the time it was watched): the mass is the host's pages' mixture, not its fetches'."""
+    return ops.array_map(resp, lambda p: p * gap * (1.0 / float(default_interval_s)))
 
 
 def naive_rate(n_changed: int, span: float) -> float:
@@ -178,6 +299,16 @@ def freshness_gain(r, ops=PLAIN):
     return -ops.expm1(-r) - r * ops.exp(-r)
 
 
+def decided_rate(rate, low, weight, multiplier: float, ops=PLAIN):
+    """The rate a page's interval is decided on: its estimate, unless that says the page is not worth its
+    fetches (μλ/w >= 1, :func:`adaptive_interval` gives the maximum), then ``low`` (the estimate scaled
+    down by :data:`GIVE_UP_Z` posterior sds). A page given up on is not observed again for
+    ``max_interval_s``, so its estimate would never be corrected: it is given up on only when even the
+    low end of what its history allows says so; a page whose early estimate overshoots is kept."""
+    w = ops.greatest(weight, ops.lit(MIN_WEIGHT))
+    return ops.when(rate * multiplier / w >= 1.0, low, rate)
+
+
 def adaptive_interval(rate, weight, multiplier: float, min_s: float, max_s: float, ops=PLAIN):
     """The interval (seconds) maximising weighted freshness at Lagrange ``multiplier`` (see the module
     docstring), clamped to [min_s, max_s]; the maximum when the page is not worth its fetches."""
@@ -202,18 +333,22 @@ def multiplier(pages: Sequence[tuple[float, float, int]], budget_per_s: float, m
                max_s: float) -> float:
     """The Lagrange multiplier μ at which the pages' re-fetch rates sum to ``budget_per_s``.
 
-    ``pages``: (rate, weight, count) rows (update collects them bucketed). Σ count / interval is
-    decreasing in μ; bisection on log μ over a range that goes from every page at ``min_s`` to every
-    page at ``max_s``. Driver-side, plain floats only.
+    ``pages``: (rate, weight, count[, low]) rows (update collects them bucketed; ``low``: the rate a
+    give-up is decided on, :func:`decided_rate`; the rate itself when absent). Σ count / interval
+    decreases with μ but for the pages a give-up would be decided on their low rate; bisection on log μ
+    over a range that goes from every page at ``min_s`` to every page at ``max_s``. Driver-side, plain
+    floats only.
     """
     if not pages:
         return 1.0
-    ratios = [max(w, MIN_WEIGHT) / r for r, w, _ in pages]
+    rows = [(p[0], p[1], p[2], p[3] if len(p) > 3 else p[0]) for p in pages]
+    ratios = [max(w, MIN_WEIGHT) / min(r, low) for r, w, _, low in rows]
     lo, hi = math.log(min(ratios) * 1e-12), math.log(max(ratios) * 1.0001)
 
     def spends_more(log_mu: float) -> bool:
         mu = math.exp(log_mu)
-        return sum(n / adaptive_interval(r, w, mu, min_s, max_s) for r, w, n in pages) > budget_per_s
+        return sum(n / adaptive_interval(decided_rate(r, low, w, mu), w, mu, min_s, max_s)
+                   for r, w, n, low in rows) > budget_per_s
     return math.exp(PLAIN.bisect(lo, hi, 36, spends_more))
 
 

@@ -34,11 +34,12 @@ import datetime as dt
 
 import duckdb
 
+from crawl_udfs import change_rate as R
 from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
 from jobs import duck_engine as E
 from jobs.duck_transition import _host_rows_sql, _parked_until
 from jobs.duck_engine import Sql, cast_to, literal, plus_seconds, ts
-from jobs.schedule_transforms import GAP
+from jobs.schedule_transforms import GAP, MASS
 from jobs.update_transforms import BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE
 from schemas.status import Status
 
@@ -118,8 +119,12 @@ def page_counts(updated: Rel) -> Rel:
 
     def count(cond: str) -> str:
         return f"CAST(sum(CASE WHEN {cond} THEN 1 ELSE 0 END) AS BIGINT)"
+    mass = ""
+    if MASS in updated.columns:  # as the Spark twin: per grid point, null when no revisit measured one
+        sums = ", ".join(f'sum("{MASS}"[{i + 1}])' for i in range(len(R.LOG_GRID)))
+        mass = f'CASE WHEN count("{MASS}") > 0 THEN [{sums}] END AS p_rate_mass,'
     return query(f"""
-        SELECT host,
+        SELECT host, {mass}
                {count(revisit)} AS p_revisits,
                {count(f'{revisit} AND "{CHANGED}"')} AS p_revisit_changes,
                sum(CASE WHEN {revisit} THEN {gap} ELSE 0.0 END)::DOUBLE AS p_revisit_span,
@@ -158,6 +163,7 @@ def hosts_update(hosts: Rel, host_rows: Rel, counts: Rel, *, park_duration_s: fl
         SELECT *, o_parked_until AS o_parked FROM (
             SELECT coalesce(h.host, c.host) AS host, h.* EXCLUDE (host),
                    c.p_pages, c.p_bytes, c.p_dups, c.p_new, c.p_revisits, c.p_revisit_changes, c.p_revisit_span,
+                   {"c.p_rate_mass" if "p_rate_mass" in counts.columns else "CAST(NULL AS DOUBLE[]) AS p_rate_mass"},
                    {signals}
             FROM $h h FULL JOIN $counts c ON h.host = c.host) d
         LEFT JOIN (SELECT {olds} FROM $hosts o) ON d.host = o_host""",
@@ -177,6 +183,8 @@ def hosts_update(hosts: Rel, host_rows: Rel, counts: Rel, *, park_duration_s: fl
                o_dup_patterns AS dup_patterns,
                {add("revisits", "p_revisits")}, {add("revisit_changes", "p_revisit_changes")},
                coalesce(o_revisit_span_s, 0.0) + coalesce(p_revisit_span, 0.0) AS revisit_span_s,
+               CASE WHEN p_rate_mass IS NULL THEN o_rate_mass WHEN o_rate_mass IS NULL THEN p_rate_mass
+                    ELSE list_transform(list_zip(o_rate_mass, p_rate_mass), lambda z: z[1] + z[2]) END AS rate_mass,
                {", ".join(f"coalesce({c}, 0) AS {c}" for c in _SIGNALS)}
         FROM $df""", df=df)
     return cast_to(out, _schema_with_signals())

@@ -24,7 +24,7 @@ import duckdb
 
 from crawl_udfs import change_rate as R
 from jobs.duck_engine import Sql, literal, query
-from jobs.schedule_transforms import GAP, HIST, PRIOR, RATE, SPAN, STORED_CATS
+from jobs.schedule_transforms import GAP, HIST, LOW, MASS, PRIOR, PRIOR_W, RATE, SPAN, STORED_CATS
 from schemas.status import Status
 
 _ids = itertools.count()
@@ -65,6 +65,31 @@ class SqlMath:
         return Sql(f"least({Sql(a)}, {Sql(b)})")
 
     @staticmethod
+    def sqrt(x) -> Sql:
+        return Sql(f"sqrt({Sql(x)})")
+
+    @staticmethod
+    def array_lit(values) -> Sql:
+        return Sql("[" + ", ".join(str(Sql(float(v))) for v in values) + "]")
+
+    @staticmethod
+    def array_map(values, f) -> Sql:
+        n = next(_ids)
+        return Sql(f"list_transform({Sql(values)}, lambda _m{n}: {Sql(f(Sql(f'_m{n}')))})")
+
+    @staticmethod
+    def array_zip(a, b, f) -> Sql:
+        """Spark's ``zip_with`` (both lists of one length here)."""
+        n = next(_ids)
+        z = f"_z{n}"
+        body = Sql(f(Sql(f"{z}[1]"), Sql(f"{z}[2]")))
+        return Sql(f"list_transform(list_zip({Sql(a)}, {Sql(b)}), lambda {z}: {body})")
+
+    @staticmethod
+    def array_max(values) -> Sql:
+        return Sql(f"list_max({Sql(values)})")
+
+    @staticmethod
     def array_sum(values, term) -> Sql:
         """Spark's ``aggregate(values, 0.0, acc + term)``: left to right, 0.0 for an empty list."""
         n = next(_ids)
@@ -101,12 +126,20 @@ def http_date_seconds(header: str) -> str:
     return f"CAST(epoch(try_strptime({body}, '%d %b %Y %H:%M:%S')) AS BIGINT)"
 
 
+def no_mass() -> Sql:
+    """As ``schedule_transforms.no_mass``."""
+    return SQL_MATH.array_lit([0.0] * len(R.LOG_GRID))
+
+
 def host_priors(con: duckdb.DuckDBPyConnection, hosts: duckdb.DuckDBPyRelation, schedule) -> duckdb.DuckDBPyRelation:
-    """As ``schedule_transforms.host_priors``: ``host``, ``_prior_rate``."""
+    """As ``schedule_transforms.host_priors``: ``host``, ``_prior_rate``, ``_prior_w``."""
     def z(c: str) -> Sql:
         return Sql(f"coalesce(CAST({col(c)} AS DOUBLE), 0.0::DOUBLE)")
     rate = R.host_rate(z("revisits"), z("revisit_changes"), z("revisit_span_s"), schedule.default_interval_s, SQL_MATH)
-    return query(con, f"SELECT host, {rate} AS {PRIOR} FROM $hosts", hosts=hosts)
+    mass = f"coalesce(CAST(rate_mass AS DOUBLE[]), {no_mass()})" if "rate_mass" in hosts.columns else str(no_mass())
+    weights = R.mixture_weights(Sql(PRIOR), Sql("__m"), SQL_MATH)
+    return query(con, f"""SELECT host, {PRIOR}, {weights} AS {PRIOR_W}
+                          FROM (SELECT host, {rate} AS {PRIOR}, {mass} AS __m FROM $hosts)""", hosts=hosts)
 
 
 def with_history(con: duckdb.DuckDBPyConnection, df: duckdb.DuckDBPyRelation, schedule, *, cat: str,
@@ -115,7 +148,7 @@ def with_history(con: duckdb.DuckDBPyConnection, df: duckdb.DuckDBPyRelation, sc
     keep = int(schedule.change_history)
     stored = f"({cat}) IN ({', '.join(literal(c) for c in STORED_CATS)})"
     empty = "CAST([] AS DOUBLE[])"
-    own = ", ".join(col(c) for c in df.columns if c not in (GAP, HIST, SPAN, RATE))
+    own = ", ".join(col(c) for c in df.columns if c not in (GAP, HIST, SPAN, RATE, LOW, MASS))
     sql = f"""
     WITH base AS (
       SELECT *, {stored} AS __stored, ({changed}) AS __changed,
@@ -149,17 +182,34 @@ def with_history(con: duckdb.DuckDBPyConnection, df: duckdb.DuckDBPyRelation, sc
                   WHEN __first THEN CAST(__since AS DOUBLE)
                   ELSE o_unchanged_span_s END AS {SPAN}
       FROM grown)
-    SELECT {own}, {GAP}, {HIST}, {SPAN}, {_rate(schedule, '__stored')} AS {RATE} FROM history"""
+    {_rated(schedule, df.columns)}
+    SELECT {own}, {GAP}, {HIST}, {SPAN}, {RATE}, {LOW}, {MASS} FROM rated"""
     return query(con, sql, df=df)
 
 
-def _rate(schedule, stored: str) -> str:
+def _rated(schedule, columns) -> str:
+    """The CTEs from ``history`` to ``rated``: ``schedule_transforms.with_rate``'s steps, one CTE each."""
     if schedule.policy != "adaptive":  # the rate only adaptive reads: no bisection per row under the others
-        return f"CASE WHEN {stored} THEN CAST(NULL AS DOUBLE) ELSE o_change_rate END"
-    prior = f"coalesce({PRIOR}, {literal(1.0 / float(schedule.default_interval_s))})"
-    rate = R.change_rate(Sql(f"coalesce({HIST}, CAST([] AS DOUBLE[]))"), Sql(f"coalesce({SPAN}, 0.0::DOUBLE)"),
-                         Sql(prior), schedule.prior_changes, SQL_MATH)
-    return f"CASE WHEN {stored} THEN {rate} ELSE o_change_rate END"
+        return f""", rated AS (
+      SELECT *, CASE WHEN __stored THEN CAST(NULL AS DOUBLE) ELSE o_change_rate END AS {RATE},
+             CAST(NULL AS DOUBLE) AS {LOW}, CAST(NULL AS DOUBLE[]) AS {MASS} FROM history)"""
+    m = SQL_MATH
+    prior = Sql(f"coalesce({PRIOR}, {literal(1.0 / float(schedule.default_interval_s))})")
+    hist, span = Sql(f"coalesce({HIST}, CAST([] AS DOUBLE[]))"), Sql(f"coalesce({SPAN}, 0.0::DOUBLE)")
+    base = R.mixture_weights(prior, no_mass(), m)
+    weights = Sql(f"coalesce({PRIOR_W}, {base})") if PRIOR_W in columns else base
+    rate = R.change_rate(hist, span, Sql("exp(__lm)"), schedule.prior_changes, m)
+    sd = R.log_sd(Sql("__resp"), Sql("__lm"), m)
+    mass = R.revisit_mass(Sql("__resp"), Sql(GAP), schedule.default_interval_s, m)
+    return f""", post AS (
+      SELECT *, CASE WHEN __stored THEN {R.log_posterior(hist, span, weights, m)} END AS __lp FROM history),
+    norm AS (SELECT *, {R.log_normaliser(Sql('__lp'), m)} AS __ln FROM post),
+    resp AS (SELECT *, {R.responsibilities(Sql('__lp'), Sql('__ln'), m)} AS __resp FROM norm),
+    mean AS (SELECT *, {R.log_mean(Sql('__resp'), m)} AS __lm FROM resp),
+    rate AS (SELECT *, CASE WHEN __stored THEN {rate} ELSE o_change_rate END AS {RATE} FROM mean),
+    rated AS (
+      SELECT *, CASE WHEN __stored THEN {RATE} * exp({literal(-R.GIVE_UP_Z)} * {sd}) END AS {LOW},
+             CASE WHEN __stored AND {GAP} IS NOT NULL THEN {mass} END AS {MASS} FROM rate)"""
 
 
 def weight() -> str:
@@ -180,7 +230,8 @@ def policy_interval(schedule, *, changed: str, multiplier: float | None) -> str:
         first = f"least(greatest({default_iv}, {literal(lo)}), {literal(hi)})"
         return f"(CASE WHEN ({changed}) IS NULL THEN {first} ELSE {nutch} END)"
     mu = 1.0 if multiplier is None else float(multiplier)
-    return str(R.adaptive_interval(Sql(RATE), Sql(weight()), mu, lo, hi, SQL_MATH))
+    rate = R.decided_rate(Sql(RATE), Sql(f"coalesce({LOW}, {RATE})"), Sql(weight()), mu, SQL_MATH)
+    return str(R.adaptive_interval(rate, Sql(weight()), mu, lo, hi, SQL_MATH))
 
 
 def gone_interval(checks: str, schedule) -> str:
@@ -211,19 +262,22 @@ def round_multiplier(con: duckdb.DuckDBPyConnection, with_rates: duckdb.DuckDBPy
     """As ``schedule_transforms.round_multiplier``; the crawl DB's other stored pages come as ``stored``, the
     bucket sums of :func:`stored_buckets_sql` (None: none)."""
     cats = ", ".join(literal(c) for c in STORED_CATS)
-    round_rows = (f"SELECT {RATE} AS r, greatest({weight()}, {literal(R.MIN_WEIGHT)}) AS w "
-                  f"FROM $rates WHERE ({cat}) IN ({cats})")
+    round_rows = (f"SELECT {RATE} AS r, greatest({weight()}, {literal(R.MIN_WEIGHT)}) AS w, "
+                  f"coalesce({LOW}, {RATE}) AS l FROM $rates WHERE ({cat}) IN ({cats})")
     rels = {"rates": with_rates}
-    others = ("SELECT NULL::DOUBLE AS br, NULL::DOUBLE AS bw, 0.0::DOUBLE AS r_sum, 0.0::DOUBLE AS w_sum, "
-              "0::BIGINT AS n WHERE FALSE")
-    if stored is not None:
-        others, rels["stored"] = "SELECT br, bw, r_sum, w_sum, n FROM $stored", stored
+    others = ("SELECT NULL::DOUBLE AS br, NULL::DOUBLE AS bw, 0.0::DOUBLE AS bl, 0.0::DOUBLE AS r_sum, "
+              "0.0::DOUBLE AS w_sum, 0.0::DOUBLE AS l_sum, 0::BIGINT AS n WHERE FALSE")
+    if stored is not None:  # their low rates are not stored: the round's decided theirs
+        others = "SELECT br, bw, 0.0::DOUBLE AS bl, r_sum, w_sum, r_sum AS l_sum, n FROM $stored"
+        rels["stored"] = stored
     sql = f"""
     WITH sums AS (
-      SELECT round(ln(r) * 2) AS br, round(ln(w) * 2) AS bw, sum(r) AS r_sum, sum(w) AS w_sum, count(1) AS n
+      SELECT round(ln(r) * 2) AS br, round(ln(w) * 2) AS bw, round(ln(l / r) * 2) AS bl, sum(r) AS r_sum,
+             sum(w) AS w_sum, sum(l) AS l_sum, count(1) AS n
       FROM ({round_rows}) GROUP BY ALL
       UNION ALL {others})
-    SELECT sum(r_sum) / sum(n) AS r, sum(w_sum) / sum(n) AS w, sum(n) AS n FROM sums GROUP BY br, bw"""
-    pages = [(r, w, n) for r, w, n in query(con, sql, **rels).fetchall()]
-    budget = sum(n for _, _, n in pages) / float(schedule.default_interval_s)
+    SELECT sum(r_sum) / sum(n) AS r, sum(w_sum) / sum(n) AS w, sum(n) AS n, sum(l_sum) / sum(n) AS l
+    FROM sums GROUP BY br, bw, bl"""
+    pages = [(r, w, n, low) for r, w, n, low in query(con, sql, **rels).fetchall()]
+    budget = sum(p[2] for p in pages) / float(schedule.default_interval_s)
     return R.multiplier(pages, budget, float(schedule.min_interval_s), float(schedule.max_interval_s))

@@ -43,7 +43,7 @@ from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from jobs import duck_schedule as S
 from jobs.duck_engine import XXHASH64, literal, plus_seconds, sql_type
 from jobs.duck_schedule import col, query
-from jobs.schedule_transforms import GAP, HIST, PRIOR, RATE, SPAN, STORED_CATS
+from jobs.schedule_transforms import GAP, HIST, MASS, PRIOR, RATE, SPAN, STORED_CATS
 from jobs.update_transforms import BASE, CAT, CHANGED, FIRST, KEEP, WAS, WIRE
 from schemas.status import Status
 from schemas.tables import CRAWLDB
@@ -225,6 +225,7 @@ def transition(con, prepared: Rel, host_next: Rel, schedule, *, round_no: int, n
       __gone_checks AS gone_checks,
       o_fetch_kind AS fetch_kind,
       {GAP},
+      {MASS},
       {CAT},
       __base AS {BASE},
       {CHANGED},

@@ -22,8 +22,9 @@ import datetime as dt
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from crawl_udfs import change_rate as R
 from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
-from jobs.schedule_transforms import GAP
+from jobs.schedule_transforms import GAP, MASS
 from jobs.update_transforms import (BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE, plus_seconds,
                                     touching, ts)
 from schemas.status import Status
@@ -110,7 +111,11 @@ def page_counts(updated: DataFrame) -> DataFrame:
     revisits that told changed from unchanged (count, changed, seconds since the visit before)."""
     attempted = F.col(CAT) != KEEP
     revisit = F.col(GAP).isNotNull() if GAP in updated.columns else F.lit(False)
-    return updated.groupBy("host").agg(
+    mass = []
+    if MASS in updated.columns:  # the revisits' mass, summed per grid point (null: no revisit measured one)
+        mass = [F.when(F.count(F.col(MASS)) > 0, F.array(*[F.sum(F.col(MASS)[i]) for i in range(len(R.LOG_GRID))]))
+                .alias("p_rate_mass")]
+    return updated.groupBy("host").agg(*mass,
         F.sum(F.when(revisit, 1).otherwise(0)).cast("long").alias("p_revisits"),
         F.sum(F.when(revisit & F.col(CHANGED), 1).otherwise(0)).cast("long").alias("p_revisit_changes"),
         F.sum(F.when(revisit, F.col(GAP) if GAP in updated.columns else None).otherwise(0.0)).alias("p_revisit_span"),
@@ -178,7 +183,17 @@ def hosts_update(hosts: DataFrame, host_rows: DataFrame, counts: DataFrame, *, p
         add("revisit_changes", F.col("p_revisit_changes")).alias("revisit_changes"),
         (F.coalesce(F.col("o_revisit_span_s"), F.lit(0.0)) + F.coalesce(F.col("p_revisit_span"), F.lit(0.0)))
          .alias("revisit_span_s"),
+        _rate_mass(counts).alias("rate_mass"),
         *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in ("t_pages", "t_exact", "t_near")])
+
+
+def _rate_mass(counts: DataFrame) -> Column:
+    """The host's mass after the round: the old row's plus its revisits' (``page_counts``), per grid point."""
+    if "p_rate_mass" not in counts.columns:
+        return F.col("o_rate_mass")
+    new = F.col("p_rate_mass")
+    return (F.when(new.isNull(), F.col("o_rate_mass")).when(F.col("o_rate_mass").isNull(), new)
+            .otherwise(F.zip_with(F.col("o_rate_mass"), new, lambda a, b: a + b)))
 
 
 def judge_traps(hosts_new: DataFrame, trap, *, base_cap: int, now: dt.datetime) -> DataFrame:

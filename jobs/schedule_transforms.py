@@ -28,6 +28,9 @@ from schemas.status import Status
 
 #: Helper columns: seconds since the previous content visit, the new history, the estimated rate.
 GAP, HIST, SPAN, RATE, PRIOR = "_gap", "_hist", "_span", "_rate", "_prior_rate"
+#: Adaptive only: the host's mixture weights, the page's posterior over the grid (its log and log
+#: normaliser on the way), the rate a give-up is decided on, and what a revisit adds to the host's mass.
+PRIOR_W, LOG_POST, LOG_NORM, RESP, LOW, MASS = "_prior_w", "_log_post", "_log_norm", "_resp", "_rate_low", "_mass"
 #: Rows whose interval the policy sets (a stored copy: 2xx or 304).
 STORED_CATS = ("ok", "not_modified")
 
@@ -53,9 +56,25 @@ class ColumnMath:
     def least(a, b) -> Column:
         return F.least(a, b)
 
+    sqrt = staticmethod(F.sqrt)
+
     @staticmethod
     def array_sum(values: Column, term) -> Column:
         return F.aggregate(values, F.lit(0.0), lambda acc, t: acc + term(t))
+
+    @staticmethod
+    def array_lit(values) -> Column:
+        return F.array(*[F.lit(float(v)) for v in values])
+
+    @staticmethod
+    def array_map(values: Column, f) -> Column:
+        return F.transform(values, f)
+
+    @staticmethod
+    def array_zip(a: Column, b: Column, f) -> Column:
+        return F.zip_with(a, b, f)
+
+    array_max = staticmethod(F.array_max)
 
     @staticmethod
     def bisect(lo: Column, hi: Column, steps: int, positive_at, **params: Column) -> Column:
@@ -85,13 +104,21 @@ def http_date_seconds(header: Column) -> Column:
                                                F.lit("dd MMM yyyy HH:mm:ss Z")))
 
 
+def no_mass() -> Column:
+    """A host's mass before any revisit: zeros on the grid."""
+    return COLUMN_MATH.array_lit([0.0] * len(R.LOG_GRID))
+
+
 def host_priors(hosts: DataFrame, schedule) -> DataFrame:
-    """``host``, ``_prior_rate``: each host's pooled change rate from its revisits so far
-    (``change_rate.host_rate``; hosts without any: 1 / default_interval_s)."""
+    """``host``, ``_prior_rate``, ``_prior_w``: each host's pooled change rate from its revisits so far
+    (``change_rate.host_rate``; hosts without any: 1 / default_interval_s) and its mixture prior
+    (``change_rate.mixture_weights`` of that rate and the host's ``rate_mass``)."""
     def z(c: str) -> Column:
         return F.coalesce(F.col(c).cast("double"), F.lit(0.0))
-    return hosts.select("host", R.host_rate(z("revisits"), z("revisit_changes"), z("revisit_span_s"),
-                                            schedule.default_interval_s, COLUMN_MATH).alias(PRIOR))
+    rate = R.host_rate(z("revisits"), z("revisit_changes"), z("revisit_span_s"), schedule.default_interval_s,
+                       COLUMN_MATH)
+    return (hosts.select("host", rate.alias(PRIOR), F.coalesce(F.col("rate_mass"), no_mass()).alias("_m"))
+            .select("host", PRIOR, R.mixture_weights(F.col(PRIOR), F.col("_m"), COLUMN_MATH).alias(PRIOR_W)))
 
 
 def with_history(df: DataFrame, schedule, *, cat: Column, changed: Column) -> DataFrame:
@@ -125,11 +152,32 @@ def with_history(df: DataFrame, schedule, *, cat: Column, changed: Column) -> Da
           .withColumn(HIST, F.when(seen, hist).when(first, F.array(F.lit(0.0))).otherwise(o("change_intervals_s")))
           .withColumn(SPAN, F.when(seen, span).when(first, since.cast("double")).otherwise(o("unchanged_span_s"))))
     if schedule.policy != "adaptive":  # the rate only adaptive reads: no bisection per row under the others
-        return df.withColumn(RATE, F.when(stored, F.lit(None).cast("double")).otherwise(o("change_rate")))
+        return (df.withColumn(RATE, F.when(stored, F.lit(None).cast("double")).otherwise(o("change_rate")))
+                .withColumn(LOW, F.lit(None).cast("double")).withColumn(MASS, F.lit(None).cast("array<double>")))
+    return with_rate(df, schedule, stored=stored)
+
+
+def with_rate(df: DataFrame, schedule, *, stored: Column) -> DataFrame:
+    """``df`` + :data:`RATE` (the MAP rate under a Gamma prior centred where the host's mixture and the
+    page's own history put it), :data:`LOW` (``change_rate.decided_rate``'s lower rate) and :data:`MASS`
+    (a revisit's ``change_rate.revisit_mass``): the steps of ``crawl_udfs.change_rate``, one column each
+    so no array is computed twice."""
+    m = COLUMN_MATH
     prior = F.coalesce(F.col(PRIOR), F.lit(1.0 / float(schedule.default_interval_s)))
-    rate = R.change_rate(F.coalesce(F.col(HIST), F.array().cast("array<double>")),
-                         F.coalesce(F.col(SPAN), F.lit(0.0)), prior, schedule.prior_changes, COLUMN_MATH)
-    return df.withColumn(RATE, F.when(stored, rate).otherwise(o("change_rate")))
+    hist = F.coalesce(F.col(HIST), F.array().cast("array<double>"))
+    span = F.coalesce(F.col(SPAN), F.lit(0.0))
+    weights = F.coalesce(F.col(PRIOR_W), R.mixture_weights(prior, no_mass(), m)) if PRIOR_W in df.columns \
+        else R.mixture_weights(prior, no_mass(), m)
+    df = df.withColumn(LOG_POST, F.when(stored, R.log_posterior(hist, span, weights, m)))
+    df = df.withColumn(LOG_NORM, R.log_normaliser(F.col(LOG_POST), m))
+    df = df.withColumn(RESP, R.responsibilities(F.col(LOG_POST), F.col(LOG_NORM), m))
+    df = df.withColumn("_log_mean", R.log_mean(F.col(RESP), m))
+    rate = R.change_rate(hist, span, F.exp(F.col("_log_mean")), schedule.prior_changes, m)
+    df = df.withColumn(RATE, F.when(stored, rate).otherwise(F.col("o_change_rate")))
+    low = F.col(RATE) * F.exp(-R.GIVE_UP_Z * R.log_sd(F.col(RESP), F.col("_log_mean"), m))
+    mass = R.revisit_mass(F.col(RESP), F.col(GAP), schedule.default_interval_s, m)
+    return (df.withColumn(LOW, F.when(stored, low)).withColumn(MASS, F.when(F.col(GAP).isNotNull() & stored, mass))
+            .drop(LOG_POST, LOG_NORM, RESP, "_log_mean"))
 
 
 def weight() -> Column:
@@ -149,7 +197,8 @@ def policy_interval(schedule, *, changed: Column, multiplier: float | None) -> C
                                  COLUMN_MATH)
         return F.when(changed.isNull(), F.least(F.greatest(default_iv, F.lit(lo)), F.lit(hi))).otherwise(nutch)
     mu = 1.0 if multiplier is None else float(multiplier)
-    return R.adaptive_interval(F.col(RATE), weight(), mu, lo, hi, COLUMN_MATH)
+    rate = R.decided_rate(F.col(RATE), F.coalesce(F.col(LOW), F.col(RATE)), weight(), mu, COLUMN_MATH)
+    return R.adaptive_interval(rate, weight(), mu, lo, hi, COLUMN_MATH)
 
 
 def round_multiplier(with_rates: DataFrame, schedule, *, cat: Column, crawldb: DataFrame) -> float:
@@ -161,16 +210,20 @@ def round_multiplier(with_rates: DataFrame, schedule, *, cat: Column, crawldb: D
     with a probability ~ 1 / its interval), so a budget of count / default_interval_s for the round's
     pages alone pulls the fast pages' intervals toward the default and spends less than ``fixed`` does
     (74 % on the live pages of bench/schedule_bench.py: mean(1/I) = mean(1/I^2) / mean(1/I) there)."""
-    round_rows = with_rates.where(cat.isin(*STORED_CATS)).select("url_fp", F.col(RATE).alias("r"), weight().alias("w"))
+    round_rows = with_rates.where(cat.isin(*STORED_CATS)).select(
+        "url_fp", F.col(RATE).alias("r"), weight().alias("w"), F.coalesce(F.col(LOW), F.col(RATE)).alias("l"))
     others = (crawldb.where(F.col("status").isin(Status.FETCHED.value, Status.NOT_MODIFIED.value))
               .join(with_rates.select("url_fp"), "url_fp", "left_anti")
               .select("url_fp", F.coalesce(F.col("change_rate"), F.lit(1.0 / float(schedule.default_interval_s))).alias("r"),
                       F.coalesce(F.col("score"), F.lit(0.0)).alias("w")))
-    rows = round_rows.unionByName(others).select("r", F.greatest(F.col("w"), F.lit(R.MIN_WEIGHT)).alias("w"))
-    buckets = (rows.groupBy(F.round(F.log("r") * 2).alias("br"), F.round(F.log("w") * 2).alias("bw"))
-               .agg(F.avg("r").alias("r"), F.avg("w").alias("w"), F.count(F.lit(1)).alias("n")).collect())
-    pages = [(b["r"], b["w"], b["n"]) for b in buckets]
-    budget = sum(n for _, _, n in pages) / float(schedule.default_interval_s)
+    others = others.withColumn("l", F.col("r"))  # their low rates are not stored: the round's decided theirs
+    rows = round_rows.unionByName(others).select("r", "l", F.greatest(F.col("w"), F.lit(R.MIN_WEIGHT)).alias("w"))
+    buckets = (rows.groupBy(F.round(F.log("r") * 2).alias("br"), F.round(F.log("w") * 2).alias("bw"),
+                            F.round(F.log(F.col("l") / F.col("r")) * 2).alias("bl"))
+               .agg(F.avg("r").alias("r"), F.avg("w").alias("w"), F.avg("l").alias("l"),
+                    F.count(F.lit(1)).alias("n")).collect())
+    pages = [(b["r"], b["w"], b["n"], b["l"]) for b in buckets]
+    budget = sum(p[2] for p in pages) / float(schedule.default_interval_s)
     return R.multiplier(pages, budget, float(schedule.min_interval_s), float(schedule.max_interval_s))
 
 

@@ -248,6 +248,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
         "gone_checks": gone_checks,
         "fetch_kind": o("fetch_kind"),
         S.GAP: F.col(S.GAP),
+        S.MASS: F.col(S.MASS),
         CAT: cat,
         BASE: base,
         CHANGED: changed,

@@ -218,6 +218,43 @@ def test_round_hosts_counters_and_page_budget(spark, tmp_path):
     assert s["budget_rows"].count() == 6  # a.test's unfetched rows before the round (the MERGE prefers the round's)
 
 
+def test_round_adds_its_revisits_to_the_hosts_mixture(spark, tmp_path):
+    """Under ``adaptive``, each revisit adds its page's posterior over the grid, weighted by its gap, to its
+    host's ``rate_mass`` (the host's mixture prior): both engines, and the sum is the pure one."""
+    from crawl_udfs import change_rate as R
+    conf = config.load(overrides=['schedule.policy="adaptive"', "schedule.default_interval_s=3600.0"])
+    s_ = conf.schedule
+    m, n = "http://m.test/", "http://n.test/"
+    old_mass = [0.5 * (i % 3) for i in range(len(R.LOG_GRID))]
+    visits = {m + "changed": (600.0, True, [600.0, 900.0], 1200.0), m + "same": (7200.0, False, [], 3600.0),
+              n + "changed": (300.0, True, [0.0], 50.0)}
+    olds = [TU.old(u, status="fetched", digest="sha1:OLD", last_visit_time=TU.T0 - TU.sec(gap),
+                   change_intervals_s=hist, unchanged_span_s=span) for u, (gap, _, hist, span) in visits.items()]
+    olds.append(TU.old(m + "new"))
+    pages = [TU.page(u, "ok", status_code=200, digest="sha1:NEW" if changed else "sha1:OLD", wire_bytes=10)
+             for u, (_, changed, _, _) in visits.items()]
+    pages.append(TU.page(m + "new", "ok", status_code=200, digest="sha1:N", wire_bytes=10))  # no revisit: no mass
+    hosts = [dict(host="m.test", consecutive_failures=0, pages_fetched=3, bytes_fetched=0, requests=3,
+                  duplicate_pages=0, new_content_pages=0, updated_round=0, revisits=4, revisit_changes=1,
+                  revisit_span_s=4 * 3600.0, rate_mass=old_mass),
+             dict(host="n.test", consecutive_failures=0, pages_fetched=1, bytes_fetched=0, requests=1,
+                  duplicate_pages=0, new_content_pages=0, updated_round=0)]
+    ins, _ = _plan_inputs(spark, tmp_path, conf, olds, hosts, pages)
+    got = {r.host: r.rate_mass for r in _compare_chain(spark, ins, conf)["hosts_new"].collect()}
+    want = {"m.test": list(old_mass), "n.test": None}
+    priors = {"m.test": (R.host_rate(4, 1, 4 * 3600.0, s_.default_interval_s), old_mass),
+              "n.test": (1 / s_.default_interval_s, [0.0] * len(R.LOG_GRID))}
+    for u, (gap, changed, hist, span) in visits.items():
+        host = u.split("/")[2]
+        h, sp = R.observe(hist, span, gap, changed, None, s_.change_history)
+        resp = R.posterior(h, sp, R.mixture_weights(*priors[host]))
+        add = R.revisit_mass(resp, gap, s_.default_interval_s)
+        want[host] = add if want[host] is None else [a + b for a, b in zip(want[host], add)]
+    for host in want:
+        assert got[host] == pytest.approx(want[host], rel=1e-9, abs=1e-12), host
+    assert sum(got["m.test"]) - sum(old_mass) == pytest.approx((600.0 + 7200.0) / 3600.0)  # the gaps, in intervals
+
+
 def test_round_byte_budget(spark, tmp_path):
     conf = config.load(overrides=["budget.max_pages_per_host=10", "budget.max_bytes_per_host=1000"])
     big, many, calm = "http://big.test/", "http://many.test/", "http://calm.test/"

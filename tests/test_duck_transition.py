@@ -148,6 +148,28 @@ def test_http_dates(spark):
                 rel.select(f"h, {DS.http_date_seconds('h')} AS s"))
 
 
+def test_the_sql_mixture_formulas_are_the_pure_ones():
+    import pyarrow as pa
+
+    from tests.test_change_rate import check_mixture_case, mixture_cases
+    cases = mixture_cases(5)
+    con = E.connect()
+    M, c = DS.SQL_MATH, DS.Sql
+    names = ("hist", "span", "prior", "m", "gap", "w")
+    con.register("t", pa.table({n: [r[i] for r in cases] for i, n in enumerate(names)}))
+    got = con.sql(f"""
+        WITH a AS (SELECT *, {R.mixture_weights(c('prior'), c('m'), M)} AS weights FROM t),
+        b AS (SELECT *, {R.log_posterior(c('hist'), c('span'), c('weights'), M)} AS lp FROM a),
+        d AS (SELECT *, {R.responsibilities(c('lp'), R.log_normaliser(c('lp'), M), M)} AS resp FROM b),
+        e AS (SELECT *, {R.log_mean(c('resp'), M)} AS mean FROM d)
+        SELECT weights, resp, mean, {R.log_sd(c('resp'), c('mean'), M)} AS sd,
+               {R.revisit_mass(c('resp'), c('gap'), 400.0, M)} AS mass,
+               {R.decided_rate(c('prior'), c('prior') / 10, c('w'), 50.0, M)} AS decided FROM e""")
+    cols = got.columns
+    for case, row in zip(cases, got.fetchall()):
+        check_mixture_case(case, dict(zip(cols, row)))
+
+
 def test_the_sql_formulas_are_the_pure_ones():
     """``SQL_MATH`` evaluates ``crawl_udfs.change_rate``'s formulas as the plain floats do (tests/test_schedule.py
     pins COLUMN_MATH to the same)."""
