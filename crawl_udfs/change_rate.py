@@ -23,8 +23,9 @@ The prior (empirical Bayes), in two steps:
 1. The host's mixture. A host holds pages of different paces (the hubs that change hourly, the articles
    that never do), so one prior around the host's mean pulls both toward the middle (measured: the slow
    pages of the two-class staleness bench estimated at 1.7-1.8x their rate, bench/RESULTS.md session 26).
-   Each host keeps weights over a grid of rates (:data:`LOG_GRID`, ``hosts.rate_mass``): a base bump around
-   its pooled rate λ_host plus, for every revisit of one of its pages, that page's posterior over the grid
+   Each host keeps weights over a grid of rates (:data:`LOG_GRID`, ``hosts.rate_mass``): a base measure at
+   its pooled rate λ_host (the Gamma prior of step 2, :func:`mixture_weights`) plus, for every revisit of
+   one of its pages, that page's posterior over the grid
    weighted by the time it covered (:func:`revisit_mass`): one step of EM a revisit (online EM, Cappé &
    Moulines 2009), the nonparametric maximum likelihood prior of Laird (1978) in the limit. λ_host is the
    host's pooled revisits (n visits, X of them changed, mean interval T/n) through the bias-reduced
@@ -160,32 +161,46 @@ def host_rate(visits, changes, span, default_interval_s: float, ops=PLAIN):
 
 # -- the host's mixture prior ----------------------------------------------------------------------
 #: The grid a host's prior lives on: ln λ (per second) from 1e-10 to 100, three a decade. Wider than any
-#: rate a crawl sees (once in ~3 years .. once a second), so the base bump is not cut short at either end
+#: rate a crawl sees (once in ~3 years .. once a second), so the base measure is not cut short at either end
 #: and a new page starts at its host's pooled rate (within 1 %).
 LOG_GRID = tuple(math.log(10.0) * (-10 + i / 3) for i in range(37))
-#: The base measure: a bump in ln λ around the host's pooled rate (sd one decade), weighing as much as
-#: ``BASE_WEIGHT`` revisits one ``default_interval_s`` apart against the host's accumulated mass.
-BASE_SD, BASE_WEIGHT = math.log(10.0), 1.0
+#: The base measure's weight, in revisits one ``default_interval_s`` apart, against the host's accumulated mass.
+BASE_WEIGHT = 1.0
 #: A give-up is decided on the estimate scaled down by this many posterior sds of ln λ (10 % one-sided).
 GIVE_UP_Z = 1.2816
 #: What a zero weight or probability counts as under a logarithm.
 TINY = 1e-300
-
-
-#: The base bump's height: its points sum to BASE_WEIGHT (a Gaussian sampled every GRID_STEP, sd 3 steps:
-#: its sum is sd·sqrt(2π)/step to ~1e-10 away from the grid's ends, and the weights are relative anyway).
 GRID_STEP = LOG_GRID[1] - LOG_GRID[0]
-BASE_HEIGHT = BASE_WEIGHT * GRID_STEP / (BASE_SD * math.sqrt(2 * math.pi))
 
 
-def mixture_weights(prior_rate, mass, ops=PLAIN):
-    """A host's prior over :data:`LOG_GRID`, as relative weights (only their ratios count): the base bump
-    around its pooled ``prior_rate`` (:func:`host_rate`), weighing :data:`BASE_WEIGHT`, plus its accumulated
-    ``mass`` (one value per grid point, :func:`revisit_mass` summed over its pages' revisits; zeros when
-    none). One pass over the grid, no array inside another's loop (DuckDB runs those ~50x slower)."""
-    centre = ops.log(prior_rate)
-    return ops.array_zip(ops.array_lit(LOG_GRID), mass,
-                         lambda g, m: ops.exp((g - centre) * (g - centre) * (-0.5 / BASE_SD ** 2)) * BASE_HEIGHT + m)
+def digamma(x: float) -> float:
+    """ψ(x) for x > 0 (recurrence up to 6, then the asymptotic series: error < 1e-10)."""
+    out = 0.0
+    while x < 6.0:
+        out, x = out - 1.0 / x, x + 1.0
+    f = 1.0 / (x * x)
+    return out + math.log(x) - 0.5 / x - f * (1 / 12 - f * (1 / 120 - f / 252))
+
+
+def mixture_weights(prior_rate, mass, prior_changes: float, ops=PLAIN):
+    """A host's prior over :data:`LOG_GRID`, as relative weights (only their ratios count): the base
+    measure plus its accumulated ``mass`` (one value per grid point, :func:`revisit_mass` summed over its
+    pages' revisits; zeros when none).
+
+    The base is the Gamma prior a page had before the mixture, λ ~ Gamma(1 + k, b) with k =
+    ``prior_changes``, placed so that E[ln λ] = ln ``prior_rate`` (b = exp(ψ(1 + k)) / λ_host): a new
+    page of a host without revisits starts at the host's pooled rate, and one early observation of a
+    page (a first copy changed a second ago) moves it no further than the Gamma let it. Sampled on the
+    grid (its density in ln λ, b^a/Γ(a) exp(a u - b e^u), times the step) it weighs :data:`BASE_WEIGHT`.
+    One pass over the grid, no array inside another's loop (DuckDB runs those ~50x slower)."""
+    a = 1.0 + float(prior_changes)
+    e_psi = math.exp(digamma(a))
+    const = math.log(BASE_WEIGHT * GRID_STEP) - math.lgamma(a) + a * digamma(a)
+    log_prior = ops.log(prior_rate)
+
+    def at(g, m):
+        return ops.exp(const + a * (g - log_prior) - ops.exp(g - log_prior) * e_psi) + m
+    return ops.array_zip(ops.array_lit(LOG_GRID), mass, at)
 
 
 def log_likelihood(hist, span, rate, ops=PLAIN):

@@ -137,7 +137,7 @@ def host_priors(con: duckdb.DuckDBPyConnection, hosts: duckdb.DuckDBPyRelation, 
         return Sql(f"coalesce(CAST({col(c)} AS DOUBLE), 0.0::DOUBLE)")
     rate = R.host_rate(z("revisits"), z("revisit_changes"), z("revisit_span_s"), schedule.default_interval_s, SQL_MATH)
     mass = f"coalesce(CAST(rate_mass AS DOUBLE[]), {no_mass()})" if "rate_mass" in hosts.columns else str(no_mass())
-    weights = R.mixture_weights(Sql(PRIOR), Sql("__m"), SQL_MATH)
+    weights = R.mixture_weights(Sql(PRIOR), Sql("__m"), schedule.prior_changes, SQL_MATH)
     return query(con, f"""SELECT host, {PRIOR}, {weights} AS {PRIOR_W}
                           FROM (SELECT host, {rate} AS {PRIOR}, {mass} AS __m FROM $hosts)""", hosts=hosts)
 
@@ -196,7 +196,7 @@ def _rated(schedule, columns) -> str:
     m = SQL_MATH
     prior = Sql(f"coalesce({PRIOR}, {literal(1.0 / float(schedule.default_interval_s))})")
     hist, span = Sql(f"coalesce({HIST}, CAST([] AS DOUBLE[]))"), Sql(f"coalesce({SPAN}, 0.0::DOUBLE)")
-    base = R.mixture_weights(prior, no_mass(), m)
+    base = R.mixture_weights(prior, no_mass(), schedule.prior_changes, m)
     weights = Sql(f"coalesce({PRIOR_W}, {base})") if PRIOR_W in columns else base
     rate = R.change_rate(hist, span, Sql("exp(__lm)"), schedule.prior_changes, m)
     sd = R.log_sd(Sql("__resp"), Sql("__lm"), m)

@@ -118,7 +118,7 @@ def host_priors(hosts: DataFrame, schedule) -> DataFrame:
     rate = R.host_rate(z("revisits"), z("revisit_changes"), z("revisit_span_s"), schedule.default_interval_s,
                        COLUMN_MATH)
     return (hosts.select("host", rate.alias(PRIOR), F.coalesce(F.col("rate_mass"), no_mass()).alias("_m"))
-            .select("host", PRIOR, R.mixture_weights(F.col(PRIOR), F.col("_m"), COLUMN_MATH).alias(PRIOR_W)))
+            .select("host", PRIOR, R.mixture_weights(F.col(PRIOR), F.col("_m"), schedule.prior_changes, COLUMN_MATH).alias(PRIOR_W)))
 
 
 def with_history(df: DataFrame, schedule, *, cat: Column, changed: Column) -> DataFrame:
@@ -166,8 +166,8 @@ def with_rate(df: DataFrame, schedule, *, stored: Column) -> DataFrame:
     prior = F.coalesce(F.col(PRIOR), F.lit(1.0 / float(schedule.default_interval_s)))
     hist = F.coalesce(F.col(HIST), F.array().cast("array<double>"))
     span = F.coalesce(F.col(SPAN), F.lit(0.0))
-    weights = F.coalesce(F.col(PRIOR_W), R.mixture_weights(prior, no_mass(), m)) if PRIOR_W in df.columns \
-        else R.mixture_weights(prior, no_mass(), m)
+    weights = F.coalesce(F.col(PRIOR_W), R.mixture_weights(prior, no_mass(), schedule.prior_changes, m)) if PRIOR_W in df.columns \
+        else R.mixture_weights(prior, no_mass(), schedule.prior_changes, m)
     df = df.withColumn(LOG_POST, F.when(stored, R.log_posterior(hist, span, weights, m)))
     df = df.withColumn(LOG_NORM, R.log_normaliser(F.col(LOG_POST), m))
     df = df.withColumn(RESP, R.responsibilities(F.col(LOG_POST), F.col(LOG_NORM), m))

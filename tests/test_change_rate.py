@@ -132,7 +132,7 @@ def two_class_host(seed: int, *, mixture: bool, horizon: float = 2300.0, step: f
     while now < horizon:
         now += step
         prior = R.host_rate(visits, changed_n, spent, default)
-        weights = R.mixture_weights(prior, mass)
+        weights = R.mixture_weights(prior, mass, 1.0)
         for p in (p for p in pages if p["next"] <= now):
             gap, changed = now - p["last"], any(p["last"] < c <= now for c in p["changes"])
             p["hist"], p["span"] = R.observe(p["hist"], p["span"], gap, changed, None, 32)
@@ -142,7 +142,7 @@ def two_class_host(seed: int, *, mixture: bool, horizon: float = 2300.0, step: f
                 mass = [m + x for m, x in zip(mass, R.revisit_mass(resp, gap, default))]
             p["last"], p["next"] = now, now + p["every"]
     prior = R.host_rate(visits, changed_n, spent, default)
-    weights = R.mixture_weights(prior, mass)
+    weights = R.mixture_weights(prior, mass, 1.0)
     if mixture:
         return [(p["rate"], R.estimate(p["hist"], p["span"], weights, 1.0)[0]) for p in pages], weights
     return [(p["rate"], R.change_rate(p["hist"], p["span"], prior, 1.0)) for p in pages], weights
@@ -165,7 +165,7 @@ def check_mixture_case(case: tuple, got: dict) -> None:
     """``got``: the engine's ``weights``, ``resp``, ``mean``, ``sd``, ``mass``, ``decided`` of ``case``
     (``decided``: decided_rate(host rate, host rate / 10, weight, 50))."""
     hist, span, prior, mass, gap, w = case
-    weights = R.mixture_weights(prior, mass)
+    weights = R.mixture_weights(prior, mass, 1.0)
     resp = R.posterior(hist, span, weights)
     mean = R.log_mean(resp)
     assert got["weights"] == pytest.approx(weights, rel=1e-9, abs=1e-12)
@@ -192,36 +192,37 @@ def test_a_hosts_mixture_prior_learns_its_two_classes_and_estimates_each_page_in
         for mixture in (False, True):
             errors = log_errors(mixture, slow)
             med[slow, mixture] = errors[len(errors) // 2]
-    assert med[True, True] < 0.5 * med[True, False], med  # the slow pages: measured 0.45 against 0.96
+    assert med[True, True] < 0.5 * med[True, False], med  # the slow pages: measured 0.44 against 0.96
     assert med[False, True] < 1.1 * med[False, False], med  # the fast ones, well observed: no worse
     _, weights = two_class_host(0, mixture=True)
     def near(rate: float) -> float:  # the weight within half a decade of ``rate``
         return sum(w for g, w in zip(R.LOG_GRID, weights) if abs(g - math.log(rate)) < math.log(10) / 2)
     weights = [w / sum(weights) for w in weights]
     assert near(1 / 120.0) > 0.15 and near(1 / 12000.0) > 0.4, weights  # both classes, each about its share
-    assert sum(R.mixture_weights(1e-4, NO_MASS)) == pytest.approx(R.BASE_WEIGHT, rel=1e-9)  # the base's weight
+    assert sum(R.mixture_weights(1e-4, NO_MASS, 1.0)) == pytest.approx(R.BASE_WEIGHT, rel=1e-3)  # the base's weight
 
 
 def test_a_new_page_on_a_host_without_revisits_still_starts_at_its_hosts_rate():
     for prior in (1 / 60.0, 1 / 86400.0, 1 / (90 * 86400.0)):
-        rate, low, resp = R.estimate([], 0.0, R.mixture_weights(prior, NO_MASS), 1.0)
+        rate, low, resp = R.estimate([], 0.0, R.mixture_weights(prior, NO_MASS, 1.0), 1.0)
         assert rate == pytest.approx(prior, rel=0.02)
-        assert low < rate / 10  # and nothing is known of the page itself: its posterior is the prior's decade
+        assert low < rate / 2  # nothing is known of the page itself: its posterior is the base's spread
         assert sum(resp) == pytest.approx(1.0)
 
 
 def test_a_page_is_given_up_only_when_its_history_shows_it_changes_too_fast():
     """SIGMOD 2000 gives a page changing faster than the budget can follow the longest interval, and a page
-    given up is not observed again. From two short changed intervals (a page changing every 1,000 s seen
-    changed twice 200 s apart) the estimate overshoots past the give-up line: the decision is taken on the
-    low end of what the history allows, so the page is kept. Thirty dated changes ~30 s apart prove it."""
-    weights = R.mixture_weights(1 / 1000.0, NO_MASS)
-    mu, w = 150.0, 1.0  # give-up line: rate >= w / mu = 1/150 s
-    early, early_low, _ = R.estimate([200.0, 200.0], 0.0, weights, 1.0)
-    assert early * mu / w >= 1.0  # the point estimate alone would give it up
+    given up is not observed again. A first copy whose Last-Modified is a second old (a fast page of the
+    staleness bench was lost that way in session 27, on a host of 1/400 s) says little: at a multiplier that
+    puts its estimate just past the give-up line, the decision is taken on the low end of what its history
+    allows, and the page is kept. Thirty changes dated ~30 s apart prove a page too fast: given up."""
+    weights = R.mixture_weights(1 / 400.0, NO_MASS, 1.0)
+    w = 1.0
+    early, early_low, _ = R.estimate([0.0], 1.0, weights, 1.0)
+    mu = 1.2 * w / early  # the give-up line w / mu just under the estimate
+    assert early * mu / w >= 1.0 and R.adaptive_interval(early, w, mu, MIN, MAX) == MAX  # the estimate alone
     kept = R.decided_rate(early, early_low, w, mu)
-    assert kept * mu / w < 1.0 and R.adaptive_interval(kept, w, mu, MIN, MAX) < MAX
-    assert R.adaptive_interval(early, w, mu, MIN, MAX) == MAX
+    assert kept == early_low and R.adaptive_interval(kept, w, mu, MIN, MAX) < MAX
     known, known_low, _ = R.estimate([0.0] * 30, 30 * 30.0, weights, 1.0)
     assert R.adaptive_interval(R.decided_rate(known, known_low, w, mu), w, mu, MIN, MAX) == MAX
     slow, slow_low, _ = R.estimate([], 40_000.0, weights, 1.0)  # never past the line: the estimate itself

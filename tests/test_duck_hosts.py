@@ -247,7 +247,7 @@ def test_round_adds_its_revisits_to_the_hosts_mixture(spark, tmp_path):
     for u, (gap, changed, hist, span) in visits.items():
         host = u.split("/")[2]
         h, sp = R.observe(hist, span, gap, changed, None, s_.change_history)
-        resp = R.posterior(h, sp, R.mixture_weights(*priors[host]))
+        resp = R.posterior(h, sp, R.mixture_weights(*priors[host], s_.prior_changes))
         add = R.revisit_mass(resp, gap, s_.default_interval_s)
         want[host] = add if want[host] is None else [a + b for a, b in zip(want[host], add)]
     for host in want:

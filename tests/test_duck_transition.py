@@ -158,7 +158,7 @@ def test_the_sql_mixture_formulas_are_the_pure_ones():
     names = ("hist", "span", "prior", "m", "gap", "w")
     con.register("t", pa.table({n: [r[i] for r in cases] for i, n in enumerate(names)}))
     got = con.sql(f"""
-        WITH a AS (SELECT *, {R.mixture_weights(c('prior'), c('m'), M)} AS weights FROM t),
+        WITH a AS (SELECT *, {R.mixture_weights(c('prior'), c('m'), 1.0, M)} AS weights FROM t),
         b AS (SELECT *, {R.log_posterior(c('hist'), c('span'), c('weights'), M)} AS lp FROM a),
         d AS (SELECT *, {R.responsibilities(c('lp'), R.log_normaliser(c('lp'), M), M)} AS resp FROM b),
         e AS (SELECT *, {R.log_mean(c('resp'), M)} AS mean FROM d)

@@ -57,7 +57,7 @@ def test_the_mixture_formulas_are_the_pure_ones(spark):
     df = spark.createDataFrame(cases, "hist array<double>, span double, prior double, m array<double>, gap double, "
                                       "w double")
     M, c = S.COLUMN_MATH, F.col
-    df = (df.withColumn("weights", R.mixture_weights(c("prior"), c("m"), M))
+    df = (df.withColumn("weights", R.mixture_weights(c("prior"), c("m"), 1.0, M))
           .withColumn("lp", R.log_posterior(c("hist"), c("span"), c("weights"), M))
           .withColumn("resp", R.responsibilities(c("lp"), R.log_normaliser(c("lp"), M), M))
           .withColumn("mean", R.log_mean(c("resp"), M)))
@@ -165,7 +165,8 @@ def _history(name: str):
 def _estimate(name: str) -> tuple[float, float]:
     """(rate, the rate a give-up is decided on) of VISITS[name]: its host's prior has no mass yet."""
     hist, span = _history(name)
-    weights = R.mixture_weights(_prior(VISITS[name][0].get("host", "s.test")), [0.0] * len(R.LOG_GRID))
+    weights = R.mixture_weights(_prior(VISITS[name][0].get("host", "s.test")), [0.0] * len(R.LOG_GRID),
+                                CONF.schedule.prior_changes)
     rate, low, _ = R.estimate(hist or [], span or 0.0, weights, CONF.schedule.prior_changes)
     return rate, low
 
