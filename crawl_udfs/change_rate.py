@@ -46,9 +46,10 @@ re-fetched every I = 1/f is fresh a share F(λ, f) = (f/λ)(1 - exp(-λ/f)) of t
 w/λ · g(λ/f) = μ, g(r) = 1 - (1 + r) exp(-r): r = g⁻¹(μλ/w), I = r/λ; when μλ/w >= 1 the page is not
 worth its fetches (I = the maximum). Small λ: I ≈ sqrt(2μ/(wλ)), shorter as λ grows but far from
 proportional; large λ: I grows again (pages changing faster than they can be kept fresh get less). The rule
-is for known rates; with estimated ones a page given up is not seen again for the maximum interval, so
-its estimate is never corrected: the give-up is decided on the low end of the page's posterior
-(:func:`decided_rate`).
+is for known rates; with estimated ones a page given up at the maximum interval is not seen again, so its
+estimate is never corrected: the give-up is decided on the low end of the page's posterior
+(:func:`decided_rate`), and a page given up is re-checked at doubling intervals up to the maximum
+(:func:`recheck_interval`).
 """
 
 from __future__ import annotations
@@ -324,16 +325,28 @@ def decided_rate(rate, low, weight, multiplier: float, ops=PLAIN):
     return ops.when(rate * multiplier / w >= 1.0, low, rate)
 
 
-def adaptive_interval(rate, weight, multiplier: float, min_s: float, max_s: float, ops=PLAIN):
+def adaptive_interval(rate, weight, multiplier: float, min_s: float, max_s: float, ops=PLAIN, given_up_s=None):
     """The interval (seconds) maximising weighted freshness at Lagrange ``multiplier`` (see the module
-    docstring), clamped to [min_s, max_s]; the maximum when the page is not worth its fetches."""
+    docstring), clamped to [min_s, max_s]; when the page is not worth its fetches, ``given_up_s``
+    (:func:`recheck_interval`; None: the maximum, what the budget counts such a page at)."""
     w = ops.greatest(weight, ops.lit(MIN_WEIGHT))
     y = rate * multiplier / w
     log_r = ops.bisect(ops.lit(math.log(R_LO)), ops.lit(math.log(R_HI)), R_STEPS,
                        lambda x, y: freshness_gain(ops.exp(x), ops) < y, y=y)
     interval = ops.exp(log_r) / rate
-    return ops.when(y >= 1.0, ops.lit(float(max_s)),
+    return ops.when(y >= 1.0, ops.lit(float(max_s)) if given_up_s is None else given_up_s,
                     ops.least(ops.greatest(interval, ops.lit(float(min_s))), ops.lit(float(max_s))))
+
+
+def recheck_interval(old_interval, weight, min_s: float, max_s: float, ops=PLAIN):
+    """The interval of a page given up on (:func:`adaptive_interval`): twice its previous one, within
+    [min_s, max_s]. A give-up rests on an estimate, and only a re-visit can correct one (session 27: fast
+    pages whose first Last-Modified dates were seconds old were given up in the first minutes and never
+    fetched again); re-checked at doubling intervals, a page truly too fast costs ~log2(max / first)
+    fetches in all, a page misjudged is seen again while its host's mixture has learnt its class. A page
+    of no weight gets the maximum at once."""
+    doubled = ops.least(ops.greatest(old_interval * 2.0, ops.lit(float(min_s))), ops.lit(float(max_s)))
+    return ops.when(weight > MIN_WEIGHT, doubled, ops.lit(float(max_s)))
 
 
 def nutch_interval(old_interval, changed, inc_rate: float, dec_rate: float, min_s: float, max_s: float,

@@ -231,7 +231,8 @@ def policy_interval(schedule, *, changed: str, multiplier: float | None) -> str:
         return f"(CASE WHEN ({changed}) IS NULL THEN {first} ELSE {nutch} END)"
     mu = 1.0 if multiplier is None else float(multiplier)
     rate = R.decided_rate(Sql(RATE), Sql(f"coalesce({LOW}, {RATE})"), Sql(weight()), mu, SQL_MATH)
-    return str(R.adaptive_interval(rate, Sql(weight()), mu, lo, hi, SQL_MATH))
+    recheck = R.recheck_interval(Sql(f"coalesce(o_fetch_interval_s, {default_iv})"), Sql(weight()), lo, hi, SQL_MATH)
+    return str(R.adaptive_interval(rate, Sql(weight()), mu, lo, hi, SQL_MATH, given_up_s=recheck))
 
 
 def gone_interval(checks: str, schedule) -> str:

@@ -198,7 +198,8 @@ def policy_interval(schedule, *, changed: Column, multiplier: float | None) -> C
         return F.when(changed.isNull(), F.least(F.greatest(default_iv, F.lit(lo)), F.lit(hi))).otherwise(nutch)
     mu = 1.0 if multiplier is None else float(multiplier)
     rate = R.decided_rate(F.col(RATE), F.coalesce(F.col(LOW), F.col(RATE)), weight(), mu, COLUMN_MATH)
-    return R.adaptive_interval(rate, weight(), mu, lo, hi, COLUMN_MATH)
+    recheck = R.recheck_interval(F.coalesce(F.col("o_fetch_interval_s"), default_iv), weight(), lo, hi, COLUMN_MATH)
+    return R.adaptive_interval(rate, weight(), mu, lo, hi, COLUMN_MATH, given_up_s=recheck)
 
 
 def round_multiplier(with_rates: DataFrame, schedule, *, cat: Column, crawldb: DataFrame) -> float:

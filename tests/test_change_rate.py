@@ -162,8 +162,10 @@ def mixture_cases(seed: int, n: int = 30) -> list[tuple]:
 
 
 def check_mixture_case(case: tuple, got: dict) -> None:
-    """``got``: the engine's ``weights``, ``resp``, ``mean``, ``sd``, ``mass``, ``decided`` of ``case``
-    (``decided``: decided_rate(host rate, host rate / 10, weight, 50))."""
+    """``got``: the engine's ``weights``, ``resp``, ``mean``, ``sd``, ``mass``, ``decided``, ``recheck``,
+    ``given_up`` of ``case`` (``decided``: decided_rate(host rate, host rate / 10, weight, 50); ``recheck``:
+    recheck_interval(gap, weight, 60, 1e7); ``given_up``: adaptive_interval(host rate, weight, 50, 60, 1e7,
+    given_up_s=recheck))."""
     hist, span, prior, mass, gap, w = case
     weights = R.mixture_weights(prior, mass, 1.0)
     resp = R.posterior(hist, span, weights)
@@ -174,6 +176,10 @@ def check_mixture_case(case: tuple, got: dict) -> None:
     assert got["sd"] == pytest.approx(R.log_sd(resp, mean), rel=1e-6, abs=1e-9)
     assert got["mass"] == pytest.approx(R.revisit_mass(resp, gap, 400.0), rel=1e-9, abs=1e-12)
     assert got["decided"] == pytest.approx(R.decided_rate(prior, prior / 10, w, 50.0), rel=1e-12)
+    recheck = R.recheck_interval(gap, w, 60.0, 1e7)
+    assert got["recheck"] == pytest.approx(recheck, rel=1e-12)
+    assert got["given_up"] == pytest.approx(R.adaptive_interval(prior, w, 50.0, 60.0, 1e7, given_up_s=recheck),
+                                            rel=1e-9)
 
 
 def test_a_hosts_mixture_prior_learns_its_two_classes_and_estimates_each_page_in_its_own():
@@ -231,6 +237,20 @@ def test_a_page_is_given_up_only_when_its_history_shows_it_changes_too_fast():
 
 # -- the interval -----------------------------------------------------------------------------------
 MIN, MAX = 60.0, 1e7
+
+
+def test_a_page_given_up_on_is_rechecked_at_doubling_intervals_and_one_of_no_weight_never():
+    mu, w, fast = 100.0, 1.0, 0.5  # mu * fast / w = 50: not worth its fetches
+    interval, seen = 120.0, []
+    while interval < MAX:
+        interval = R.adaptive_interval(fast, w, mu, MIN, MAX, given_up_s=R.recheck_interval(interval, w, MIN, MAX))
+        seen.append(interval)
+    assert seen[:3] == [240.0, 480.0, 960.0] and seen[-1] == MAX and len(seen) == 17  # 120 s to 1e7 s: 17 re-checks
+    assert R.adaptive_interval(fast, w, mu, MIN, MAX) == MAX  # what the budget counts it at
+    assert R.adaptive_interval(fast, 0.0, mu, MIN, MAX, given_up_s=R.recheck_interval(120.0, 0.0, MIN, MAX)) == MAX
+    kept = R.adaptive_interval(1e-4, w, mu, MIN, MAX, given_up_s=R.recheck_interval(120.0, w, MIN, MAX))
+    assert kept == R.adaptive_interval(1e-4, w, mu, MIN, MAX) < MAX  # a page worth its fetches: unchanged
+    assert R.recheck_interval(10.0, w, MIN, MAX) == MIN
 
 
 def test_adaptive_interval_is_not_proportional_and_fast_changers_get_less():

@@ -164,7 +164,11 @@ def test_the_sql_mixture_formulas_are_the_pure_ones():
         e AS (SELECT *, {R.log_mean(c('resp'), M)} AS mean FROM d)
         SELECT weights, resp, mean, {R.log_sd(c('resp'), c('mean'), M)} AS sd,
                {R.revisit_mass(c('resp'), c('gap'), 400.0, M)} AS mass,
-               {R.decided_rate(c('prior'), c('prior') / 10, c('w'), 50.0, M)} AS decided FROM e""")
+               {R.decided_rate(c('prior'), c('prior') / 10, c('w'), 50.0, M)} AS decided,
+               {R.recheck_interval(c('gap'), c('w'), 60.0, 1e7, M)} AS recheck,
+               {R.adaptive_interval(c('prior'), c('w'), 50.0, 60.0, 1e7, M,
+                                    given_up_s=R.recheck_interval(c('gap'), c('w'), 60.0, 1e7, M))} AS given_up
+        FROM e""")
     cols = got.columns
     for case, row in zip(cases, got.fetchall()):
         check_mixture_case(case, dict(zip(cols, row)))

@@ -63,7 +63,11 @@ def test_the_mixture_formulas_are_the_pure_ones(spark):
           .withColumn("mean", R.log_mean(c("resp"), M)))
     got = df.select("weights", "resp", "mean", R.log_sd(c("resp"), c("mean"), M).alias("sd"),
                     R.revisit_mass(c("resp"), c("gap"), 400.0, M).alias("mass"),
-                    R.decided_rate(c("prior"), c("prior") / 10, c("w"), 50.0, M).alias("decided")).collect()
+                    R.decided_rate(c("prior"), c("prior") / 10, c("w"), 50.0, M).alias("decided"),
+                    R.recheck_interval(c("gap"), c("w"), 60.0, 1e7, M).alias("recheck"),
+                    R.adaptive_interval(c("prior"), c("w"), 50.0, 60.0, 1e7, M,
+                                        given_up_s=R.recheck_interval(c("gap"), c("w"), 60.0, 1e7, M)).alias("given_up")
+                    ).collect()
     for case, g in zip(cases, got):
         check_mixture_case(case, g.asDict())
 
@@ -207,20 +211,25 @@ def test_nutch_policy(policies):
 def test_adaptive_policy_spends_the_budget_and_new_pages_start_from_their_hosts_rate(policies):
     got, mu, conf = policies["adaptive"]
     s = conf.schedule
+    counted = {}  # the intervals the budget counts: a page given up at the maximum, not at its re-check
     for name, r in got.items():
         decided = R.decided_rate(r["change_rate"], _estimate(name)[1], r["score"], mu)
+        counted[name] = R.adaptive_interval(decided, r["score"], mu, s.min_interval_s, s.max_interval_s)
+        recheck = R.recheck_interval(VISITS[name][1].get("fetch_interval_s", DAY), r["score"], s.min_interval_s,
+                                     s.max_interval_s)
         assert r["fetch_interval_s"] == pytest.approx(
-            R.adaptive_interval(decided, r["score"], mu, s.min_interval_s, s.max_interval_s), rel=1e-9)
+            R.adaptive_interval(decided, r["score"], mu, s.min_interval_s, s.max_interval_s, given_up_s=recheck),
+            rel=1e-9)
         assert s.min_interval_s <= r["fetch_interval_s"] <= s.max_interval_s
         assert r["next_fetch_time"] == T0 + sec(r["fetch_interval_s"]) or \
             abs((r["next_fetch_time"] - T0).total_seconds() - r["fetch_interval_s"]) < 1e-3
-    spent = sum(1 / r["fetch_interval_s"] for r in got.values())
+    spent = sum(1 / iv for iv in counted.values())
     assert spent == pytest.approx(len(got) / s.default_interval_s, rel=0.15)  # bucketed rates: near the budget
     assert got["first_on_fast_host"]["fetch_interval_s"] < got["first_on_slow_host"]["fetch_interval_s"] / 3
-    # a page shown by its own visits to change faster than it can be kept fresh gets less: the longest interval
-    # (whether a new page of that host is given up on is decided on its low rate: the loop above checks it, and
-    # tests/test_change_rate.py that an overshooting estimate is kept)
-    assert got["flood_known"]["fetch_interval_s"] == s.max_interval_s
+    # a page shown by its own visits to change faster than it can be kept fresh gets less: given up, re-checked
+    # at twice its previous interval (whether a new page of that host is given up on is decided on its low
+    # rate: the loop above checks it, and tests/test_change_rate.py that an overshooting estimate is kept)
+    assert got["flood_known"]["fetch_interval_s"] == 2 * DAY
     assert got["first_on_flood_host"]["fetch_interval_s"] > got["first_on_fast_host"]["fetch_interval_s"]
 
 
