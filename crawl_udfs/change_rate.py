@@ -240,6 +240,12 @@ def log_sd(resp, mean, ops=PLAIN):
     return ops.sqrt(ops.greatest(second - mean * mean, ops.lit(0.0)))
 
 
+def low_rate(rate, resp, mean, ops=PLAIN):
+    """The rate a give-up is decided on (:func:`decided_rate`): ``rate`` scaled down by :data:`GIVE_UP_Z`
+    posterior sds of ln λ (``resp``, its :func:`log_mean` ``mean``)."""
+    return rate * ops.exp(-GIVE_UP_Z * log_sd(resp, mean, ops))
+
+
 def posterior(hist, span, weights) -> list[float]:
     """:func:`responsibilities` of a history on floats (tests, benchmarks)."""
     lp = log_posterior(hist, span, weights)
@@ -252,7 +258,7 @@ def estimate(hist, span, weights, prior_changes: float) -> tuple[float, float, l
     resp = posterior(hist, span, weights)
     mean = log_mean(resp)
     rate = change_rate(hist, span, math.exp(mean), prior_changes)
-    return rate, rate * math.exp(-GIVE_UP_Z * log_sd(resp, mean)), resp
+    return rate, low_rate(rate, resp, mean), resp
 
 
 def revisit_mass(resp, gap, default_interval_s: float, ops=PLAIN):

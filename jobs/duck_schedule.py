@@ -199,7 +199,7 @@ def _rated(schedule, columns) -> str:
     base = R.mixture_weights(prior, no_mass(), schedule.prior_changes, m)
     weights = Sql(f"coalesce({PRIOR_W}, {base})") if PRIOR_W in columns else base
     rate = R.change_rate(hist, span, Sql("exp(__lm)"), schedule.prior_changes, m)
-    sd = R.log_sd(Sql("__resp"), Sql("__lm"), m)
+    low = R.low_rate(Sql(RATE), Sql("__resp"), Sql("__lm"), m)
     mass = R.revisit_mass(Sql("__resp"), Sql(GAP), schedule.default_interval_s, m)
     return f""", post AS (
       SELECT *, CASE WHEN __stored THEN {R.log_posterior(hist, span, weights, m)} END AS __lp FROM history),
@@ -208,7 +208,7 @@ def _rated(schedule, columns) -> str:
     mean AS (SELECT *, {R.log_mean(Sql('__resp'), m)} AS __lm FROM resp),
     rate AS (SELECT *, CASE WHEN __stored THEN {rate} ELSE o_change_rate END AS {RATE} FROM mean),
     rated AS (
-      SELECT *, CASE WHEN __stored THEN {RATE} * exp({literal(-R.GIVE_UP_Z)} * {sd}) END AS {LOW},
+      SELECT *, CASE WHEN __stored THEN {low} END AS {LOW},
              CASE WHEN __stored AND {GAP} IS NOT NULL THEN {mass} END AS {MASS} FROM rate)"""
 
 

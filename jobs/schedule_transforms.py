@@ -174,7 +174,7 @@ def with_rate(df: DataFrame, schedule, *, stored: Column) -> DataFrame:
     df = df.withColumn("_log_mean", R.log_mean(F.col(RESP), m))
     rate = R.change_rate(hist, span, F.exp(F.col("_log_mean")), schedule.prior_changes, m)
     df = df.withColumn(RATE, F.when(stored, rate).otherwise(F.col("o_change_rate")))
-    low = F.col(RATE) * F.exp(-R.GIVE_UP_Z * R.log_sd(F.col(RESP), F.col("_log_mean"), m))
+    low = R.low_rate(F.col(RATE), F.col(RESP), F.col("_log_mean"), m)
     mass = R.revisit_mass(F.col(RESP), F.col(GAP), schedule.default_interval_s, m)
     return (df.withColumn(LOW, F.when(stored, low)).withColumn(MASS, F.when(F.col(GAP).isNotNull() & stored, mass))
             .drop(LOG_POST, LOG_NORM, RESP, "_log_mean"))
