@@ -34,7 +34,7 @@ import datetime as dt
 
 import duckdb
 
-from crawl_udfs import change_rate as R
+from crawl_udfs import rate_prior as RP
 from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
 from jobs import duck_engine as E
 from jobs.duck_transition import _host_rows_sql, _parked_until
@@ -121,7 +121,7 @@ def page_counts(updated: Rel) -> Rel:
         return f"CAST(sum(CASE WHEN {cond} THEN 1 ELSE 0 END) AS BIGINT)"
     mass = ""
     if MASS in updated.columns:  # as the Spark twin: per grid point, null when no revisit measured one
-        sums = ", ".join(f'sum("{MASS}"[{i + 1}])' for i in range(len(R.LOG_GRID)))
+        sums = ", ".join(f'sum("{MASS}"[{i + 1}])' for i in range(len(RP.LOG_GRID)))
         mass = f'CASE WHEN count("{MASS}") > 0 THEN [{sums}] END AS p_rate_mass,'
     return query(f"""
         SELECT host, {mass}

@@ -23,6 +23,7 @@ import itertools
 import duckdb
 
 from crawl_udfs import change_rate as R
+from crawl_udfs import rate_prior as RP
 from jobs.duck_engine import Sql, literal, query
 from jobs.schedule_transforms import GAP, HIST, LOW, MASS, PRIOR, PRIOR_W, RATE, SPAN, STORED_CATS
 from schemas.status import Status
@@ -128,7 +129,7 @@ def http_date_seconds(header: str) -> str:
 
 def no_mass() -> Sql:
     """As ``schedule_transforms.no_mass``."""
-    return SQL_MATH.array_lit([0.0] * len(R.LOG_GRID))
+    return SQL_MATH.array_lit([0.0] * len(RP.LOG_GRID))
 
 
 def host_priors(con: duckdb.DuckDBPyConnection, hosts: duckdb.DuckDBPyRelation, schedule) -> duckdb.DuckDBPyRelation:
@@ -137,7 +138,7 @@ def host_priors(con: duckdb.DuckDBPyConnection, hosts: duckdb.DuckDBPyRelation, 
         return Sql(f"coalesce(CAST({col(c)} AS DOUBLE), 0.0::DOUBLE)")
     rate = R.host_rate(z("revisits"), z("revisit_changes"), z("revisit_span_s"), schedule.default_interval_s, SQL_MATH)
     mass = f"coalesce(CAST(rate_mass AS DOUBLE[]), {no_mass()})" if "rate_mass" in hosts.columns else str(no_mass())
-    weights = R.mixture_weights(Sql(PRIOR), Sql("__m"), schedule.prior_changes, SQL_MATH)
+    weights = RP.mixture_weights(Sql(PRIOR), Sql("__m"), schedule.prior_changes, SQL_MATH)
     return query(con, f"""SELECT host, {PRIOR}, {weights} AS {PRIOR_W}
                           FROM (SELECT host, {rate} AS {PRIOR}, {mass} AS __m FROM $hosts)""", hosts=hosts)
 
@@ -196,16 +197,16 @@ def _rated(schedule, columns) -> str:
     m = SQL_MATH
     prior = Sql(f"coalesce({PRIOR}, {literal(1.0 / float(schedule.default_interval_s))})")
     hist, span = Sql(f"coalesce({HIST}, CAST([] AS DOUBLE[]))"), Sql(f"coalesce({SPAN}, 0.0::DOUBLE)")
-    base = R.mixture_weights(prior, no_mass(), schedule.prior_changes, m)
+    base = RP.mixture_weights(prior, no_mass(), schedule.prior_changes, m)
     weights = Sql(f"coalesce({PRIOR_W}, {base})") if PRIOR_W in columns else base
     rate = R.change_rate(hist, span, Sql("exp(__lm)"), schedule.prior_changes, m)
-    low = R.low_rate(Sql(RATE), Sql("__resp"), Sql("__lm"), m)
-    mass = R.revisit_mass(Sql("__resp"), Sql(GAP), schedule.default_interval_s, m)
+    low = RP.low_rate(Sql(RATE), Sql("__resp"), Sql("__lm"), m)
+    mass = RP.revisit_mass(Sql("__resp"), Sql(GAP), schedule.default_interval_s, m)
     return f""", post AS (
-      SELECT *, CASE WHEN __stored THEN {R.log_posterior(hist, span, weights, m)} END AS __lp FROM history),
-    norm AS (SELECT *, {R.log_normaliser(Sql('__lp'), m)} AS __ln FROM post),
-    resp AS (SELECT *, {R.responsibilities(Sql('__lp'), Sql('__ln'), m)} AS __resp FROM norm),
-    mean AS (SELECT *, {R.log_mean(Sql('__resp'), m)} AS __lm FROM resp),
+      SELECT *, CASE WHEN __stored THEN {RP.log_posterior(hist, span, weights, m)} END AS __lp FROM history),
+    norm AS (SELECT *, {RP.log_normaliser(Sql('__lp'), m)} AS __ln FROM post),
+    resp AS (SELECT *, {RP.responsibilities(Sql('__lp'), Sql('__ln'), m)} AS __resp FROM norm),
+    mean AS (SELECT *, {RP.log_mean(Sql('__resp'), m)} AS __lm FROM resp),
     rate AS (SELECT *, CASE WHEN __stored THEN {rate} ELSE o_change_rate END AS {RATE} FROM mean),
     rated AS (
       SELECT *, CASE WHEN __stored THEN {low} END AS {LOW},

@@ -22,7 +22,7 @@ import datetime as dt
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from crawl_udfs import change_rate as R
+from crawl_udfs import rate_prior as RP
 from crawl_udfs.trap_evidence import new_share_bound, proves_trap, z_score
 from jobs.schedule_transforms import GAP, MASS
 from jobs.update_transforms import (BUDGET_ERROR_PREFIX, CAT, CHANGED, FIRST, KEEP, WAS, WIRE, plus_seconds,
@@ -113,7 +113,7 @@ def page_counts(updated: DataFrame) -> DataFrame:
     revisit = F.col(GAP).isNotNull() if GAP in updated.columns else F.lit(False)
     mass = []
     if MASS in updated.columns:  # the revisits' mass, summed per grid point (null: no revisit measured one)
-        mass = [F.when(F.count(F.col(MASS)) > 0, F.array(*[F.sum(F.col(MASS)[i]) for i in range(len(R.LOG_GRID))]))
+        mass = [F.when(F.count(F.col(MASS)) > 0, F.array(*[F.sum(F.col(MASS)[i]) for i in range(len(RP.LOG_GRID))]))
                 .alias("p_rate_mass")]
     return updated.groupBy("host").agg(*mass,
         F.sum(F.when(revisit, 1).otherwise(0)).cast("long").alias("p_revisits"),

@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from crawl_udfs import change_rate as R
+from crawl_udfs import rate_prior as RP
 from schemas.status import Status
 
 #: Helper columns: seconds since the previous content visit, the new history, the estimated rate.
@@ -106,19 +107,20 @@ def http_date_seconds(header: Column) -> Column:
 
 def no_mass() -> Column:
     """A host's mass before any revisit: zeros on the grid."""
-    return COLUMN_MATH.array_lit([0.0] * len(R.LOG_GRID))
+    return COLUMN_MATH.array_lit([0.0] * len(RP.LOG_GRID))
 
 
 def host_priors(hosts: DataFrame, schedule) -> DataFrame:
     """``host``, ``_prior_rate``, ``_prior_w``: each host's pooled change rate from its revisits so far
     (``change_rate.host_rate``; hosts without any: 1 / default_interval_s) and its mixture prior
-    (``change_rate.mixture_weights`` of that rate and the host's ``rate_mass``)."""
+    (``rate_prior.mixture_weights`` of that rate and the host's ``rate_mass``)."""
     def z(c: str) -> Column:
         return F.coalesce(F.col(c).cast("double"), F.lit(0.0))
     rate = R.host_rate(z("revisits"), z("revisit_changes"), z("revisit_span_s"), schedule.default_interval_s,
                        COLUMN_MATH)
     return (hosts.select("host", rate.alias(PRIOR), F.coalesce(F.col("rate_mass"), no_mass()).alias("_m"))
-            .select("host", PRIOR, R.mixture_weights(F.col(PRIOR), F.col("_m"), schedule.prior_changes, COLUMN_MATH).alias(PRIOR_W)))
+            .select("host", PRIOR, RP.mixture_weights(F.col(PRIOR), F.col("_m"), schedule.prior_changes,
+                                                      COLUMN_MATH).alias(PRIOR_W)))
 
 
 def with_history(df: DataFrame, schedule, *, cat: Column, changed: Column) -> DataFrame:
@@ -160,22 +162,22 @@ def with_history(df: DataFrame, schedule, *, cat: Column, changed: Column) -> Da
 def with_rate(df: DataFrame, schedule, *, stored: Column) -> DataFrame:
     """``df`` + :data:`RATE` (the MAP rate under a Gamma prior centred where the host's mixture and the
     page's own history put it), :data:`LOW` (``change_rate.decided_rate``'s lower rate) and :data:`MASS`
-    (a revisit's ``change_rate.revisit_mass``): the steps of ``crawl_udfs.change_rate``, one column each
-    so no array is computed twice."""
+    (a revisit's ``rate_prior.revisit_mass``): the steps of ``crawl_udfs.rate_prior`` and ``change_rate``,
+    one column each so no array is computed twice."""
     m = COLUMN_MATH
     prior = F.coalesce(F.col(PRIOR), F.lit(1.0 / float(schedule.default_interval_s)))
     hist = F.coalesce(F.col(HIST), F.array().cast("array<double>"))
     span = F.coalesce(F.col(SPAN), F.lit(0.0))
-    weights = F.coalesce(F.col(PRIOR_W), R.mixture_weights(prior, no_mass(), schedule.prior_changes, m)) if PRIOR_W in df.columns \
-        else R.mixture_weights(prior, no_mass(), schedule.prior_changes, m)
-    df = df.withColumn(LOG_POST, F.when(stored, R.log_posterior(hist, span, weights, m)))
-    df = df.withColumn(LOG_NORM, R.log_normaliser(F.col(LOG_POST), m))
-    df = df.withColumn(RESP, R.responsibilities(F.col(LOG_POST), F.col(LOG_NORM), m))
-    df = df.withColumn("_log_mean", R.log_mean(F.col(RESP), m))
+    base = RP.mixture_weights(prior, no_mass(), schedule.prior_changes, m)
+    weights = F.coalesce(F.col(PRIOR_W), base) if PRIOR_W in df.columns else base
+    df = df.withColumn(LOG_POST, F.when(stored, RP.log_posterior(hist, span, weights, m)))
+    df = df.withColumn(LOG_NORM, RP.log_normaliser(F.col(LOG_POST), m))
+    df = df.withColumn(RESP, RP.responsibilities(F.col(LOG_POST), F.col(LOG_NORM), m))
+    df = df.withColumn("_log_mean", RP.log_mean(F.col(RESP), m))
     rate = R.change_rate(hist, span, F.exp(F.col("_log_mean")), schedule.prior_changes, m)
     df = df.withColumn(RATE, F.when(stored, rate).otherwise(F.col("o_change_rate")))
-    low = R.low_rate(F.col(RATE), F.col(RESP), F.col("_log_mean"), m)
-    mass = R.revisit_mass(F.col(RESP), F.col(GAP), schedule.default_interval_s, m)
+    low = RP.low_rate(F.col(RATE), F.col(RESP), F.col("_log_mean"), m)
+    mass = RP.revisit_mass(F.col(RESP), F.col(GAP), schedule.default_interval_s, m)
     return (df.withColumn(LOW, F.when(stored, low)).withColumn(MASS, F.when(F.col(GAP).isNotNull() & stored, mass))
             .drop(LOG_POST, LOG_NORM, RESP, "_log_mean"))
 

@@ -132,10 +132,10 @@ HOSTS = StructType([
     _f("revisits", LongType(), True, "visits of the host's pages that could tell changed from unchanged"),
     _f("revisit_changes", LongType(), True, "of those, visits that saw a change"),
     _f("revisit_span_s", DoubleType(), True, "seconds between those visits and the visit before, summed"),
-    # the host's mixture prior over change rates (crawl_udfs/change_rate.py, mixture_weights); last, so `init`
+    # the host's mixture prior over change rates (crawl_udfs/rate_prior.py, mixture_weights); last, so `init`
     # appends it to old tables
     _f("rate_mass", ArrayType(DoubleType(), True), True,
-       "its pages' change-rate posteriors over change_rate.LOG_GRID, summed over their revisits, each weighted "
+       "its pages' change-rate posteriors over rate_prior.LOG_GRID, summed over their revisits, each weighted "
        "by the revisit's gap / schedule.default_interval_s (null: no revisit under the adaptive policy yet)"),
 ])
 

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from crawl_udfs import change_rate as R
+from crawl_udfs import rate_prior as RP
 
 MEAN_VISIT = 1000.0  # seconds between visits, on average
 
@@ -109,7 +110,7 @@ def test_history_keeps_the_last_intervals_and_the_unchanged_share():
 
 
 # -- the host's mixture prior ----------------------------------------------------------------------
-NO_MASS = [0.0] * len(R.LOG_GRID)
+NO_MASS = [0.0] * len(RP.LOG_GRID)
 
 
 def two_class_host(seed: int, *, mixture: bool, horizon: float = 2300.0, step: float = 20.0, default: float = 400.0):
@@ -132,19 +133,19 @@ def two_class_host(seed: int, *, mixture: bool, horizon: float = 2300.0, step: f
     while now < horizon:
         now += step
         prior = R.host_rate(visits, changed_n, spent, default)
-        weights = R.mixture_weights(prior, mass, 1.0)
+        weights = RP.mixture_weights(prior, mass, 1.0)
         for p in (p for p in pages if p["next"] <= now):
             gap, changed = now - p["last"], any(p["last"] < c <= now for c in p["changes"])
             p["hist"], p["span"] = R.observe(p["hist"], p["span"], gap, changed, None, 32)
             visits, changed_n, spent = visits + 1, changed_n + changed, spent + gap
             if mixture:
-                resp = R.posterior(p["hist"], p["span"], weights)
-                mass = [m + x for m, x in zip(mass, R.revisit_mass(resp, gap, default))]
+                resp = RP.posterior(p["hist"], p["span"], weights)
+                mass = [m + x for m, x in zip(mass, RP.revisit_mass(resp, gap, default))]
             p["last"], p["next"] = now, now + p["every"]
     prior = R.host_rate(visits, changed_n, spent, default)
-    weights = R.mixture_weights(prior, mass, 1.0)
+    weights = RP.mixture_weights(prior, mass, 1.0)
     if mixture:
-        return [(p["rate"], R.estimate(p["hist"], p["span"], weights, 1.0)[0]) for p in pages], weights
+        return [(p["rate"], RP.estimate(p["hist"], p["span"], weights, 1.0)[0]) for p in pages], weights
     return [(p["rate"], R.change_rate(p["hist"], p["span"], prior, 1.0)) for p in pages], weights
 
 
@@ -167,14 +168,14 @@ def check_mixture_case(case: tuple, got: dict) -> None:
     recheck_interval(gap, weight, 60, 1e7); ``given_up``: adaptive_interval(host rate, weight, 50, 60, 1e7,
     given_up_s=recheck))."""
     hist, span, prior, mass, gap, w = case
-    weights = R.mixture_weights(prior, mass, 1.0)
-    resp = R.posterior(hist, span, weights)
-    mean = R.log_mean(resp)
+    weights = RP.mixture_weights(prior, mass, 1.0)
+    resp = RP.posterior(hist, span, weights)
+    mean = RP.log_mean(resp)
     assert got["weights"] == pytest.approx(weights, rel=1e-9, abs=1e-12)
     assert got["resp"] == pytest.approx(resp, rel=1e-9, abs=1e-12)
     assert got["mean"] == pytest.approx(mean, rel=1e-9)
-    assert got["sd"] == pytest.approx(R.log_sd(resp, mean), rel=1e-6, abs=1e-9)
-    assert got["mass"] == pytest.approx(R.revisit_mass(resp, gap, 400.0), rel=1e-9, abs=1e-12)
+    assert got["sd"] == pytest.approx(RP.log_sd(resp, mean), rel=1e-6, abs=1e-9)
+    assert got["mass"] == pytest.approx(RP.revisit_mass(resp, gap, 400.0), rel=1e-9, abs=1e-12)
     assert got["decided"] == pytest.approx(R.decided_rate(prior, prior / 10, w, 50.0), rel=1e-12)
     recheck = R.recheck_interval(gap, w, 60.0, 1e7)
     assert got["recheck"] == pytest.approx(recheck, rel=1e-12)
@@ -202,15 +203,15 @@ def test_a_hosts_mixture_prior_learns_its_two_classes_and_estimates_each_page_in
     assert med[False, True] < 1.1 * med[False, False], med  # the fast ones, well observed: no worse
     _, weights = two_class_host(0, mixture=True)
     def near(rate: float) -> float:  # the weight within half a decade of ``rate``
-        return sum(w for g, w in zip(R.LOG_GRID, weights) if abs(g - math.log(rate)) < math.log(10) / 2)
+        return sum(w for g, w in zip(RP.LOG_GRID, weights) if abs(g - math.log(rate)) < math.log(10) / 2)
     weights = [w / sum(weights) for w in weights]
     assert near(1 / 120.0) > 0.15 and near(1 / 12000.0) > 0.4, weights  # both classes, each about its share
-    assert sum(R.mixture_weights(1e-4, NO_MASS, 1.0)) == pytest.approx(R.BASE_WEIGHT, rel=1e-3)  # the base's weight
+    assert sum(RP.mixture_weights(1e-4, NO_MASS, 1.0)) == pytest.approx(RP.BASE_WEIGHT, rel=1e-3)  # the base's weight
 
 
 def test_a_new_page_on_a_host_without_revisits_still_starts_at_its_hosts_rate():
     for prior in (1 / 60.0, 1 / 86400.0, 1 / (90 * 86400.0)):
-        rate, low, resp = R.estimate([], 0.0, R.mixture_weights(prior, NO_MASS, 1.0), 1.0)
+        rate, low, resp = RP.estimate([], 0.0, RP.mixture_weights(prior, NO_MASS, 1.0), 1.0)
         assert rate == pytest.approx(prior, rel=0.02)
         assert low < rate / 2  # nothing is known of the page itself: its posterior is the base's spread
         assert sum(resp) == pytest.approx(1.0)
@@ -222,16 +223,16 @@ def test_a_page_is_given_up_only_when_its_history_shows_it_changes_too_fast():
     staleness bench was lost that way in session 27, on a host of 1/400 s) says little: at a multiplier that
     puts its estimate just past the give-up line, the decision is taken on the low end of what its history
     allows, and the page is kept. Thirty changes dated ~30 s apart prove a page too fast: given up."""
-    weights = R.mixture_weights(1 / 400.0, NO_MASS, 1.0)
+    weights = RP.mixture_weights(1 / 400.0, NO_MASS, 1.0)
     w = 1.0
-    early, early_low, _ = R.estimate([0.0], 1.0, weights, 1.0)
+    early, early_low, _ = RP.estimate([0.0], 1.0, weights, 1.0)
     mu = 1.2 * w / early  # the give-up line w / mu just under the estimate
     assert early * mu / w >= 1.0 and R.adaptive_interval(early, w, mu, MIN, MAX) == MAX  # the estimate alone
     kept = R.decided_rate(early, early_low, w, mu)
     assert kept == early_low and R.adaptive_interval(kept, w, mu, MIN, MAX) < MAX
-    known, known_low, _ = R.estimate([0.0] * 30, 30 * 30.0, weights, 1.0)
+    known, known_low, _ = RP.estimate([0.0] * 30, 30 * 30.0, weights, 1.0)
     assert R.adaptive_interval(R.decided_rate(known, known_low, w, mu), w, mu, MIN, MAX) == MAX
-    slow, slow_low, _ = R.estimate([], 40_000.0, weights, 1.0)  # never past the line: the estimate itself
+    slow, slow_low, _ = RP.estimate([], 40_000.0, weights, 1.0)  # never past the line: the estimate itself
     assert R.decided_rate(slow, slow_low, w, mu) == slow
 
 

@@ -222,10 +222,11 @@ def test_round_adds_its_revisits_to_the_hosts_mixture(spark, tmp_path):
     """Under ``adaptive``, each revisit adds its page's posterior over the grid, weighted by its gap, to its
     host's ``rate_mass`` (the host's mixture prior): both engines, and the sum is the pure one."""
     from crawl_udfs import change_rate as R
+    from crawl_udfs import rate_prior as RP
     conf = config.load(overrides=['schedule.policy="adaptive"', "schedule.default_interval_s=3600.0"])
     s_ = conf.schedule
     m, n = "http://m.test/", "http://n.test/"
-    old_mass = [0.5 * (i % 3) for i in range(len(R.LOG_GRID))]
+    old_mass = [0.5 * (i % 3) for i in range(len(RP.LOG_GRID))]
     visits = {m + "changed": (600.0, True, [600.0, 900.0], 1200.0), m + "same": (7200.0, False, [], 3600.0),
               n + "changed": (300.0, True, [0.0], 50.0)}
     olds = [TU.old(u, status="fetched", digest="sha1:OLD", last_visit_time=TU.T0 - TU.sec(gap),
@@ -243,12 +244,12 @@ def test_round_adds_its_revisits_to_the_hosts_mixture(spark, tmp_path):
     got = {r.host: r.rate_mass for r in _compare_chain(spark, ins, conf)["hosts_new"].collect()}
     want = {"m.test": list(old_mass), "n.test": None}
     priors = {"m.test": (R.host_rate(4, 1, 4 * 3600.0, s_.default_interval_s), old_mass),
-              "n.test": (1 / s_.default_interval_s, [0.0] * len(R.LOG_GRID))}
+              "n.test": (1 / s_.default_interval_s, [0.0] * len(RP.LOG_GRID))}
     for u, (gap, changed, hist, span) in visits.items():
         host = u.split("/")[2]
         h, sp = R.observe(hist, span, gap, changed, None, s_.change_history)
-        resp = R.posterior(h, sp, R.mixture_weights(*priors[host], s_.prior_changes))
-        add = R.revisit_mass(resp, gap, s_.default_interval_s)
+        resp = RP.posterior(h, sp, RP.mixture_weights(*priors[host], s_.prior_changes))
+        add = RP.revisit_mass(resp, gap, s_.default_interval_s)
         want[host] = add if want[host] is None else [a + b for a, b in zip(want[host], add)]
     for host in want:
         assert got[host] == pytest.approx(want[host], rel=1e-9, abs=1e-12), host

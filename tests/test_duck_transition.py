@@ -14,6 +14,7 @@ import random
 import pytest
 
 from crawl_udfs import change_rate as R
+from crawl_udfs import rate_prior as RP
 from jobs import duck_engine as E
 from jobs import duck_schedule as DS
 from jobs import duck_transition as DT
@@ -167,12 +168,12 @@ def test_the_sql_mixture_formulas_are_the_pure_ones():
     names = ("hist", "span", "prior", "m", "gap", "w")
     con.register("t", pa.table({n: [r[i] for r in cases] for i, n in enumerate(names)}))
     got = con.sql(f"""
-        WITH a AS (SELECT *, {R.mixture_weights(c('prior'), c('m'), 1.0, M)} AS weights FROM t),
-        b AS (SELECT *, {R.log_posterior(c('hist'), c('span'), c('weights'), M)} AS lp FROM a),
-        d AS (SELECT *, {R.responsibilities(c('lp'), R.log_normaliser(c('lp'), M), M)} AS resp FROM b),
-        e AS (SELECT *, {R.log_mean(c('resp'), M)} AS mean FROM d)
-        SELECT weights, resp, mean, {R.log_sd(c('resp'), c('mean'), M)} AS sd,
-               {R.revisit_mass(c('resp'), c('gap'), 400.0, M)} AS mass,
+        WITH a AS (SELECT *, {RP.mixture_weights(c('prior'), c('m'), 1.0, M)} AS weights FROM t),
+        b AS (SELECT *, {RP.log_posterior(c('hist'), c('span'), c('weights'), M)} AS lp FROM a),
+        d AS (SELECT *, {RP.responsibilities(c('lp'), RP.log_normaliser(c('lp'), M), M)} AS resp FROM b),
+        e AS (SELECT *, {RP.log_mean(c('resp'), M)} AS mean FROM d)
+        SELECT weights, resp, mean, {RP.log_sd(c('resp'), c('mean'), M)} AS sd,
+               {RP.revisit_mass(c('resp'), c('gap'), 400.0, M)} AS mass,
                {R.decided_rate(c('prior'), c('prior') / 10, c('w'), 50.0, M)} AS decided,
                {R.recheck_interval(c('gap'), c('w'), 60.0, 1e7, M)} AS recheck,
                {R.adaptive_interval(c('prior'), c('w'), 50.0, 60.0, 1e7, M,

@@ -10,6 +10,7 @@ import random
 import pytest
 
 from crawl_udfs import change_rate as R
+from crawl_udfs import rate_prior as RP
 from jobs import hosts_transforms as HT
 from jobs import schedule_transforms as S
 from jobs import update_transforms as T
@@ -57,12 +58,12 @@ def test_the_mixture_formulas_are_the_pure_ones(spark):
     df = spark.createDataFrame(cases, "hist array<double>, span double, prior double, m array<double>, gap double, "
                                       "w double")
     M, c = S.COLUMN_MATH, F.col
-    df = (df.withColumn("weights", R.mixture_weights(c("prior"), c("m"), 1.0, M))
-          .withColumn("lp", R.log_posterior(c("hist"), c("span"), c("weights"), M))
-          .withColumn("resp", R.responsibilities(c("lp"), R.log_normaliser(c("lp"), M), M))
-          .withColumn("mean", R.log_mean(c("resp"), M)))
-    got = df.select("weights", "resp", "mean", R.log_sd(c("resp"), c("mean"), M).alias("sd"),
-                    R.revisit_mass(c("resp"), c("gap"), 400.0, M).alias("mass"),
+    df = (df.withColumn("weights", RP.mixture_weights(c("prior"), c("m"), 1.0, M))
+          .withColumn("lp", RP.log_posterior(c("hist"), c("span"), c("weights"), M))
+          .withColumn("resp", RP.responsibilities(c("lp"), RP.log_normaliser(c("lp"), M), M))
+          .withColumn("mean", RP.log_mean(c("resp"), M)))
+    got = df.select("weights", "resp", "mean", RP.log_sd(c("resp"), c("mean"), M).alias("sd"),
+                    RP.revisit_mass(c("resp"), c("gap"), 400.0, M).alias("mass"),
                     R.decided_rate(c("prior"), c("prior") / 10, c("w"), 50.0, M).alias("decided"),
                     R.recheck_interval(c("gap"), c("w"), 60.0, 1e7, M).alias("recheck"),
                     R.adaptive_interval(c("prior"), c("w"), 50.0, 60.0, 1e7, M,
@@ -169,9 +170,9 @@ def _history(name: str):
 def _estimate(name: str) -> tuple[float, float]:
     """(rate, the rate a give-up is decided on) of VISITS[name]: its host's prior has no mass yet."""
     hist, span = _history(name)
-    weights = R.mixture_weights(_prior(VISITS[name][0].get("host", "s.test")), [0.0] * len(R.LOG_GRID),
+    weights = RP.mixture_weights(_prior(VISITS[name][0].get("host", "s.test")), [0.0] * len(RP.LOG_GRID),
                                 CONF.schedule.prior_changes)
-    rate, low, _ = R.estimate(hist or [], span or 0.0, weights, CONF.schedule.prior_changes)
+    rate, low, _ = RP.estimate(hist or [], span or 0.0, weights, CONF.schedule.prior_changes)
     return rate, low
 
 
