@@ -242,17 +242,6 @@ def recheck_interval(old_interval, weight, min_s: float, max_s: float, ops=PLAIN
     return ops.when(weight > MIN_WEIGHT, doubled, ops.lit(float(max_s)))
 
 
-def aimed_wait(interval, lead, min_s: float, ops=PLAIN):
-    """Seconds from a fetch to the page's next due time, so that the next fetch lands ``interval`` after it:
-    ``interval`` less ``lead``, the round's median lateness (a due page waits for the next generate, and
-    then for its turn in the round: ~20 s on the bench's 150-s intervals, 12 % of them; with hourly rounds
-    on a cluster, half an hour), never less than half the interval nor than ``min_s``. The budget and the
-    SIGMOD 2000 optimum are written in intervals between fetches; planned from the due time, every page
-    is fetched late by the same seconds, so short intervals stretch most and the plan drifts from the
-    optimum (session 27: the plans asked 13 % more re-fetches than the rounds made)."""
-    return ops.greatest(interval - lead, ops.greatest(interval * 0.5, ops.lit(float(min_s))))
-
-
 def nutch_interval(old_interval, changed, inc_rate: float, dec_rate: float, min_s: float, max_s: float,
                    ops=PLAIN):
     """Nutch's AdaptiveFetchSchedule: × (1 - dec_rate) after a change, × (1 + inc_rate) after none,

@@ -251,7 +251,6 @@ RULES: dict[str, Check] = {
     "schedule.max_interval_s": above(0),
     "schedule.prior_changes": above(0),
     "schedule.first_copy_dated": ANY,
-    "schedule.aim_at_fetch": ANY,
     "schedule.change_history": COUNT,
     "schedule.nutch_inc_rate": at_least(0),
     "schedule.nutch_dec_rate": at_least_below(0, 1),

@@ -259,17 +259,6 @@ def stored_buckets_sql(schedule, crawldb: str = "crawldb", round_urls: str = "ro
     GROUP BY round(ln(r) * 2), round(ln(w) * 2)"""
 
 
-def round_lead(con: duckdb.DuckDBPyConnection, prepared: duckdb.DuckDBPyRelation, *, cat: str) -> float:
-    """As ``schedule_transforms.round_lead`` (``quantile_cont`` interpolates as Spark's ``percentile``)."""
-    late = "(epoch_us(fetch_time) - epoch_us(o_next_fetch_time)) / 1000000.0::DOUBLE"
-    sql = f"""SELECT quantile_cont({late}, 0.5) FROM $p
-              WHERE ({cat}) IN ({', '.join(literal(c) for c in STORED_CATS)})
-                AND o_status IN ({literal(Status.FETCHED.value)}, {literal(Status.NOT_MODIFIED.value)})
-                AND {late} >= 0 AND {late} <= o_fetch_interval_s"""
-    got = query(con, sql, p=prepared).fetchall()[0][0]
-    return 0.0 if got is None else float(got)
-
-
 def round_multiplier(con: duckdb.DuckDBPyConnection, with_rates: duckdb.DuckDBPyRelation, schedule, *, cat: str,
                      stored: duckdb.DuckDBPyRelation | None) -> float:
     """As ``schedule_transforms.round_multiplier``; the crawl DB's other stored pages come as ``stored``, the

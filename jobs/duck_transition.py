@@ -38,11 +38,10 @@ import datetime as dt
 
 import duckdb
 
-from crawl_udfs import change_rate as R
 from crawl_udfs.rows import Outcome
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from jobs import duck_schedule as S
-from jobs.duck_engine import XXHASH64, Sql, literal, plus_seconds, sql_type
+from jobs.duck_engine import XXHASH64, literal, plus_seconds, sql_type
 from jobs.duck_schedule import col, query
 from jobs.schedule_transforms import GAP, HIST, MASS, PRIOR, RATE, SPAN, STORED_CATS
 from jobs.update_transforms import BASE, CAT, CHANGED, FIRST, KEEP, WAS, WIRE
@@ -131,7 +130,7 @@ def with_rates(con, prepared: Rel, schedule, priors: Rel | None) -> Rel:
 
 
 def transition(con, prepared: Rel, host_next: Rel, schedule, *, round_no: int, now: dt.datetime,
-               priors: Rel | None = None, multiplier: float | None = None, lead: float | None = None) -> Rel:
+               priors: Rel | None = None, multiplier: float | None = None) -> Rel:
     """As ``update_transforms.transition``: one updated crawl-DB row per page row (CRAWLDB columns but
     ``importance``, then ``_gap``, ``_cat``, ``_base``, ``_changed``, ``_wire``, ``_stored``, ``_was``, ``_first``)."""
     sc = schedule
@@ -150,10 +149,7 @@ def transition(con, prepared: Rel, host_next: Rel, schedule, *, round_no: int, n
               ELSE coalesce(o_fetch_interval_s, {default_iv}) END"""
     backoff = (f"greatest(least({literal(float(sc.retry_base_s))} * pow(2.0::DOUBLE, CAST(__old_retries AS DOUBLE)), "
                f"{literal(float(sc.retry_max_s))}), coalesce(retry_after_s, 0.0::DOUBLE))")
-    aimed = "__interval" if lead is None else R.aimed_wait(Sql("__interval"), float(lead),
-                                                           sc.min_interval_s, S.SQL_MATH)
-    wait = (f"CASE WHEN {CAT} = 'retry' AND NOT __exhausted THEN {backoff} "
-            f"WHEN {_in(CAT, STORED_CATS)} THEN {aimed} ELSE __interval END")
+    wait = f"CASE WHEN {CAT} = 'retry' AND NOT __exhausted THEN {backoff} ELSE __interval END"
     sql = f"""
     WITH r AS (
       SELECT *, {changed_column(sc)} AS {CHANGED} FROM $rates),

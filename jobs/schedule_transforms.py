@@ -230,18 +230,6 @@ def round_multiplier(with_rates: DataFrame, schedule, *, cat: Column, crawldb: D
     return R.multiplier(pages, budget, float(schedule.min_interval_s), float(schedule.max_interval_s))
 
 
-def round_lead(prepared: DataFrame, *, cat: Column) -> float:
-    """The round's median lateness, in seconds (``change_rate.aimed_wait``'s ``lead``): over the revisits
-    that returned a copy, the time from the due time the schedule gave (``o_next_fetch_time``) to the
-    fetch; only those fetched within one interval of it (a crawl paused for a day, or a backlog, is not
-    the rounds' own lateness and must not shorten every interval). One job; 0 when there are none."""
-    late = (F.unix_micros(F.col("fetch_time")) - F.unix_micros(F.col("o_next_fetch_time"))) / F.lit(1e6)
-    on_time = (cat.isin(*STORED_CATS) & F.col("o_status").isin(Status.FETCHED.value, Status.NOT_MODIFIED.value)
-               & (late >= 0) & (late <= F.col("o_fetch_interval_s")))
-    got = prepared.where(on_time).agg(F.percentile(late, 0.5)).collect()[0][0]
-    return 0.0 if got is None else float(got)
-
-
 def gone_interval(checks: Column, schedule) -> Column:
     """The re-check interval after the ``checks``-th 404/410 in a row: gone_interval_s × gone_backoff^(checks-1)."""
     return F.lit(float(schedule.gone_interval_s)) * F.pow(F.lit(float(schedule.gone_backoff)),

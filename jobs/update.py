@@ -97,8 +97,7 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     the round's other first copies are the index rows to append. Trap detection then reads the round
     with both kinds of duplicates marked and that same lookup (``hosts_transforms.trap_signals``).
     With ``schedule.policy = "adaptive"`` the round's Lagrange multiplier is computed here, eagerly (one
-    job over the kept page rows and the crawl DB's stored rows: ``schedule_transforms.round_multiplier``),
-    and with ``schedule.aim_at_fetch`` its median lateness (one job: ``schedule_transforms.round_lead``).
+    job over the kept page rows and the crawl DB's stored rows: ``schedule_transforms.round_multiplier``).
     """
     from pyspark.sql import functions as F
 
@@ -109,14 +108,12 @@ def plan(crawldb, hosts, fetch_output, fetch_list, conf: Config, *, round_no: in
     prepared = keep(T.prepare(fetch_output, T.with_followed(fetch_list, fetch_output), known))
     nxt = HT.host_next(hosts, fetch_output, park_duration_s=park, now=now)
     priors = SC.host_priors(hosts, conf.schedule)
-    mu = lead = None
+    mu = None
     if conf.schedule.policy == "adaptive":  # the round's multiplier: one job (a bucketed collect)
         mu = SC.round_multiplier(T.with_rates(prepared, conf.schedule, priors), conf.schedule, cat=F.col(T.CAT),
                                  crawldb=crawldb)
-        if conf.schedule.aim_at_fetch:  # and its median lateness: one job over the kept round rows
-            lead = SC.round_lead(prepared, cat=F.col(T.CAT))
     fresh = keep(T.transition(prepared, nxt, conf.schedule, round_no=round_no, now=now, priors=priors,
-                              multiplier=mu, lead=lead))
+                              multiplier=mu))
     members = keep(X.exact_members(fresh, crawldb))
     dup_iv = conf.schedule.duplicate_interval_s
     updated = X.mark_duplicates(fresh, crawldb, duplicate_interval_s=dup_iv, members=members)

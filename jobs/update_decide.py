@@ -53,14 +53,12 @@ def plan(con, inputs: dict[str, Any], conf: Config, *, round_no: int, now: dt.da
     prepared = keep(DT.prepare(con, fetch_output, DT.with_followed(con, fetch_list, fetch_output), known))
     nxt = DT.host_next(con, hosts, fetch_output, park_duration_s=park, now=now)
     priors = DS.host_priors(con, hosts, conf.schedule)
-    mu = lead = None
+    mu = None
     if conf.schedule.policy == "adaptive":
         mu = DS.round_multiplier(con, DT.with_rates(con, prepared, conf.schedule, priors), conf.schedule,
                                  cat=DT.CAT, stored=inputs.get("stored_buckets"))
-        if conf.schedule.aim_at_fetch:
-            lead = DS.round_lead(con, prepared, cat=DT.CAT)
     fresh = keep(DT.transition(con, prepared, nxt, conf.schedule, round_no=round_no, now=now, priors=priors,
-                               multiplier=mu, lead=lead))
+                               multiplier=mu))
     members = keep(DX.exact_members(con, fresh, known))
     dup_iv = conf.schedule.duplicate_interval_s
     updated = DX.mark_duplicates(con, fresh, known, duplicate_interval_s=dup_iv, members=members)

@@ -26,7 +26,6 @@ import datetime as dt
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from crawl_udfs import change_rate as R
 from crawl_udfs.rows import Outcome
 from crawl_udfs.simhash import EMPTY as EMPTY_SIMHASH
 from jobs import schedule_transforms as S
@@ -144,16 +143,13 @@ def with_rates(prepared: DataFrame, schedule, priors: DataFrame | None) -> DataF
 
 
 def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no: int,
-               now: dt.datetime, priors: DataFrame | None = None, multiplier: float | None = None,
-               lead: float | None = None) -> DataFrame:
+               now: dt.datetime, priors: DataFrame | None = None, multiplier: float | None = None) -> DataFrame:
     """One updated crawl-DB row per page row (CRAWLDB columns + helper columns).
 
     ``host_next`` has ``host``, ``next_allowed_at``, ``parked_until`` (after this
     round): deferred and not-attempted URLs are pushed to them, nothing else changes.
     ``schedule`` is the ``[schedule]`` config section; ``priors`` and ``multiplier`` feed its policy
-    (:func:`with_rates`, :func:`jobs.schedule_transforms.round_multiplier`; None: the defaults); ``lead``
-    (``schedule_transforms.round_lead``) brings a stored page's due time forward (``change_rate.aimed_wait``;
-    None: due at its interval).
+    (:func:`with_rates`, :func:`jobs.schedule_transforms.round_multiplier`; None: the defaults).
     """
     cat, o = F.col(CAT), (lambda c: F.col(f"o_{c}"))
     keep = cat == KEEP
@@ -193,9 +189,7 @@ def transition(prepared: DataFrame, host_next: DataFrame, schedule, *, round_no:
     backoff = F.greatest(F.least(F.lit(float(schedule.retry_base_s)) * F.pow(F.lit(2.0), old_retries.cast("double")),
                                  F.lit(float(schedule.retry_max_s))),
                          F.coalesce(F.col("retry_after_s"), F.lit(0.0)))
-    aimed = interval if lead is None else R.aimed_wait(interval, F.lit(float(lead)), schedule.min_interval_s,
-                                                       S.COLUMN_MATH)
-    wait = F.when((cat == "retry") & ~exhausted, backoff).when(cat.isin(*S.STORED_CATS), aimed).otherwise(interval)
+    wait = F.when((cat == "retry") & ~exhausted, backoff).otherwise(interval)
     old_next = F.coalesce(o("next_fetch_time"), now_ts)
     next_time = F.when(keep, F.greatest(old_next, F.col("_h_next"), F.col("_h_parked"))).otherwise(
         plus_seconds(base, wait))

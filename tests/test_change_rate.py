@@ -295,10 +295,3 @@ def test_nutch_policy_shrinks_on_change_grows_otherwise_and_clamps():
     assert R.nutch_interval(1000.0, False, 0.4, 0.2, MIN, MAX) == pytest.approx(1400.0)
     assert R.nutch_interval(70.0, True, 0.4, 0.2, MIN, MAX) == MIN
     assert R.nutch_interval(9e6, False, 0.4, 0.2, MIN, MAX) == MAX
-
-
-def test_aimed_wait_is_the_interval_less_the_lead_within_its_bounds():
-    assert R.aimed_wait(3600.0, 0.0, 60.0) == 3600.0
-    assert R.aimed_wait(3600.0, 600.0, 60.0) == 3000.0
-    assert R.aimed_wait(3600.0, 3000.0, 60.0) == 1800.0  # never under half the interval
-    assert R.aimed_wait(100.0, 40.0, 80.0) == 80.0  # nor under the minimum interval

@@ -108,19 +108,10 @@ def test_transition(case, policy):
     sc = case.schedule(policy)
     mu = case.multipliers(policy)[0] if policy == "adaptive" else None
     sp, dp = case.priors(policy)
-    lead = 1800.0 if policy == "adaptive" else None  # aimed_wait on every stored row (both sides of its bounds)
-    want = T.transition(case.spark_prepared, case.spark_next, sc, round_no=ROUND, now=NOW, priors=sp, multiplier=mu,
-                        lead=lead)
+    want = T.transition(case.spark_prepared, case.spark_next, sc, round_no=ROUND, now=NOW, priors=sp, multiplier=mu)
     got = DT.transition(case.con, case.duck_prepared, case.duck_next, sc, round_no=ROUND, now=NOW, priors=dp,
-                        multiplier=mu, lead=lead)
+                        multiplier=mu)
     assert_same(want, got)
-
-
-@pytest.mark.parametrize("case", ["table", "visits", "gone", "realistic"], indirect=True)
-def test_round_lead(case):
-    from pyspark.sql import functions as F
-    want = S.round_lead(case.spark_prepared, cat=F.col(T.CAT))
-    assert DS.round_lead(case.con, case.duck_prepared, cat=T.CAT) == pytest.approx(want, rel=1e-9, abs=1e-9)
 
 
 @pytest.mark.parametrize("case", ["table", "visits", "gone", "realistic"], indirect=True)

@@ -252,55 +252,6 @@ def test_adaptive_budget_is_spent_over_every_stored_page_not_the_rounds_alone(sp
     assert mu < policies["adaptive"][1]
 
 
-# -- aiming at the fetch -------------------------------------------------------------------------------
-def _lead_round(spark):
-    """A round whose revisits were fetched 10, 30 and 50 s after their due times, with the rows the median
-    must leave out: a page overdue by more than its interval (a paused crawl), one fetched before it was due
-    (an operator's hint), a first fetch, and a failed revisit."""
-    late = {"a": ("ok", "fetched", 10.0), "b": ("ok", "fetched", 30.0), "c": ("not_modified", "fetched", 50.0),
-            "paused": ("ok", "fetched", 2 * DAY), "early": ("ok", "fetched", -100.0), "new": ("ok", "unfetched", 20.0),
-            "failed": ("http_error", "fetched", 5.0)}
-    pages, olds = [], []
-    for name, (outcome, status, by) in late.items():
-        kw = dict(status_code=503) if outcome == "http_error" else \
-            dict(status_code=304) if outcome == "not_modified" else dict(status_code=200, digest="sha1:A")
-        pages.append(page(U + name, outcome, **kw))
-        olds.append(old(U + name, status=status, digest="sha1:A", next_fetch_time=T0 - sec(by), fetch_interval_s=DAY,
-                        last_visit_time=T0 - sec(DAY) if status == "fetched" else None))
-    fetch_output = frame(spark, pages, FETCH_OUTPUT)
-    return fetch_output, T.prepare(fetch_output, frame(spark, [], FETCH_LIST), frame(spark, olds, CRAWLDB))
-
-
-def test_the_rounds_lead_is_the_median_lateness_of_its_on_time_revisits_in_both_engines(spark):
-    from pyspark.sql import functions as F
-
-    from jobs import duck_engine as E
-    from jobs import duck_schedule as DS
-    from tests.duck_diff import duck_inputs
-    _, prepared = _lead_round(spark)
-    assert S.round_lead(prepared, cat=F.col(T.CAT)) == pytest.approx(30.0)  # of 10, 30, 50
-    con = E.connect()
-    assert DS.round_lead(con, duck_inputs(con, prepared=prepared)["prepared"], cat=T.CAT) == pytest.approx(30.0)
-    assert S.round_lead(prepared.where(F.lit(False)), cat=F.col(T.CAT)) == 0.0  # no revisit: no lead
-
-
-def test_a_lead_brings_a_stored_pages_due_time_forward_not_its_interval(spark):
-    conf = CONF.with_overrides('schedule.policy="adaptive"', "schedule.min_interval_s=600.0")
-    fetch_output, prepared = _lead_round(spark)
-    nxt = HT.host_next(frame(spark, [], HOSTS), fetch_output, park_duration_s=60.0, now=NOW)
-    def due(lead):
-        rows = by_url(T.transition(prepared, nxt, conf.schedule, round_no=1, now=NOW, multiplier=100.0, lead=lead))
-        return {u.rsplit("/", 1)[1]: ((r["next_fetch_time"] - T0).total_seconds(), r["fetch_interval_s"])
-                for u, r in rows.items()}
-    plain, led, capped = due(None), due(30.0), due(1e9)
-    for name in ("a", "b", "c", "new"):
-        due_s, interval = led[name]
-        assert interval == plain[name][1] and plain[name][0] == pytest.approx(interval)
-        assert due_s == pytest.approx(interval - 30.0)
-        assert capped[name][0] == pytest.approx(max(interval / 2, 600.0))  # never sooner than half the interval
-    assert led["failed"] == plain["failed"]  # a retry's back-off is not the schedule's
-
-
 # -- gone and moved ------------------------------------------------------------------------------------
 def test_gone_is_rechecked_at_growing_intervals_then_retired(spark):
     conf = CONF.with_overrides("schedule.gone_checks=3", "schedule.gone_backoff=2.0")
