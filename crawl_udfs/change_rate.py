@@ -210,9 +210,9 @@ def freshness_gain(r, ops=PLAIN):
 
 def decided_rate(rate, low, weight, multiplier: float, ops=PLAIN):
     """The rate a page's interval is decided on: its estimate, unless that says the page is not worth its
-    fetches (μλ/w >= 1, :func:`adaptive_interval` gives the maximum), then ``low`` (the estimate scaled
-    down by :data:`GIVE_UP_Z` posterior sds). A page given up on is not observed again for
-    ``max_interval_s``, so its estimate would never be corrected: it is given up on only when even the
+    fetches (μλ/w >= 1, :func:`adaptive_interval` gives it up: :func:`recheck_interval`), then ``low`` (the
+    estimate scaled down by ``rate_prior.GIVE_UP_Z`` posterior sds). A page given up on is seen again only
+    after long, doubling intervals, so its estimate is slow to correct: it is given up on only when even the
     low end of what its history allows says so; a page whose early estimate overshoots is kept."""
     w = ops.greatest(weight, ops.lit(MIN_WEIGHT))
     return ops.when(rate * multiplier / w >= 1.0, low, rate)

@@ -100,7 +100,7 @@ def log_sd(resp, mean, ops=PLAIN):
 
 
 def low_rate(rate, resp, mean, ops=PLAIN):
-    """The rate a give-up is decided on (:func:`decided_rate`): ``rate`` scaled down by :data:`GIVE_UP_Z`
+    """The rate a give-up is decided on (``change_rate.decided_rate``): ``rate`` scaled down by :data:`GIVE_UP_Z`
     posterior sds of ln λ (``resp``, its :func:`log_mean` ``mean``)."""
     return rate * ops.exp(-GIVE_UP_Z * log_sd(resp, mean, ops))
 
@@ -112,7 +112,7 @@ def posterior(hist, span, weights) -> list[float]:
 
 
 def estimate(hist, span, weights, prior_changes: float) -> tuple[float, float, list[float]]:
-    """A page's rate, the rate a give-up is decided on (:func:`decided_rate`) and its posterior, on floats:
+    """A page's rate, the rate a give-up is decided on (``change_rate.decided_rate``) and its posterior, on floats:
     the steps update takes (``jobs.schedule_transforms.with_rate``), for tests and benchmarks."""
     resp = posterior(hist, span, weights)
     mean = log_mean(resp)
