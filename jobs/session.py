@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import nullcontext
 
 from crawl_udfs.config import Config, ConfigError
 from jobs import faults, object_store, spark_log
@@ -102,13 +103,10 @@ def build_session(conf: Config, *, app_suffix: str = ""):
     builder = configure_spark_with_delta_pip(builder, extra_packages=object_store.packages(conf))
     from pyspark import SparkContext
     jvm_running = SparkContext._active_spark_context is not None or bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
-    if not jvm_running:
-        # Delta's helper names its packages only on the builder (no public getter).
-        missing = spark_log.missing_packages(builder._options.get("spark.jars.packages", ""), conf.spark.extra)
-        if missing:
-            print(f"deltacrawl: first start: fetching {', '.join(missing)} and dependencies from Maven "
-                  f"(cached for every later start)", file=sys.stderr, flush=True)
-    with spark_log.jvm_output(conf, app_suffix, jvm_running=jvm_running):
+    # Delta's helper names its packages only on the builder (no public getter).
+    fetch = nullcontext() if jvm_running else spark_log.package_fetch(
+        builder._options.get("spark.jars.packages", ""), conf.spark.extra)
+    with fetch, spark_log.jvm_output(conf, app_suffix, jvm_running=jvm_running):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(conf.spark.log_level)
     return spark

@@ -12,6 +12,7 @@ a session that already exists in the process is reused: both leave the console a
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import sys
@@ -25,6 +26,8 @@ from crawl_udfs.config import Config
 KEEP_LOGS = 20
 #: The Ivy home Spark 4's launcher uses when ``spark.jars.ivy`` is not set.
 DEFAULT_IVY_HOME = "~/.ivy2.5.2"
+#: The lock file in the Ivy home a first start holds while the JVM fetches packages into the cache.
+FETCH_LOCK = "deltacrawl-fetch.lock"
 
 _current: list[str] = []  # the log file of this process's JVM, once it was launched by us
 
@@ -62,17 +65,50 @@ def jvm_output(conf: Config, verb: str, *, jvm_running: bool):
             os.close(f)
 
 
-def missing_packages(packages: str, extra: list[str]) -> list[str]:
-    """The Maven coordinates of ``packages`` ("group:artifact:version,...") not yet in the Ivy cache."""
+def ivy_home(extra: list[str]) -> Path:
+    """The Ivy home the launcher will use: ``spark.jars.ivy`` from ``spark.extra``, else Spark's default."""
     ivy = next((v.strip() for k, _, v in (p.partition("=") for p in extra) if k.strip() == "spark.jars.ivy"),
                DEFAULT_IVY_HOME)
-    jars = Path(os.path.expanduser(ivy)) / "jars"
+    return Path(os.path.expanduser(ivy))
+
+
+def missing_packages(packages: str, extra: list[str]) -> list[str]:
+    """The Maven coordinates of ``packages`` ("group:artifact:version,...") not yet in the Ivy cache."""
+    jars = ivy_home(extra) / "jars"
     out = []
     for coord in filter(None, (c.strip() for c in packages.split(","))):
         group, artifact, version = coord.split(":")[:3]
         if not (jars / f"{group}_{artifact}-{version}.jar").exists():
             out.append(coord)
     return out
+
+
+@contextmanager
+def package_fetch(packages: str, extra: list[str]):
+    """Around the JVM's start: when some of ``packages`` are not in the Ivy cache yet, say so on the
+    console and hold a lock in the Ivy home until the JVM is up, so commands starting together on a
+    fresh machine fetch one after the other. Ivy's cache is not safe for two downloads of one JAR at
+    once: of three crawls started together, one died with ``download failed: ...delta-spark_2.13.jar``.
+    A start with everything cached takes no lock (Ivy only reads the cache then)."""
+    missing = missing_packages(packages, extra)
+    if not missing:
+        yield
+        return
+    print(f"deltacrawl: first start: fetching {', '.join(missing)} and dependencies from Maven "
+          f"(cached for every later start)", file=sys.stderr, flush=True)
+    home = ivy_home(extra)
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / FETCH_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"deltacrawl: another command is fetching them into {home}; waiting for it",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _mtime(path: str) -> float:

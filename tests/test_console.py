@@ -6,10 +6,12 @@ tests/test_errors.py::test_unreachable_storage_root.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
-import time
 import sys
+import threading
+import time
 
 from crawl_udfs import config
 from jobs import spark_log
@@ -72,6 +74,34 @@ def test_the_first_start_names_only_the_packages_missing_from_the_ivy_cache(tmp_
     assert spark_log.missing_packages(packages, [f"spark.jars.ivy={tmp_path}"]) == [
         "org.apache.hadoop:hadoop-aws:3.4.1"]
     assert spark_log.missing_packages(packages, [f"spark.jars.ivy={tmp_path / 'empty'}"]) == packages.split(",")
+
+
+def test_a_first_start_waits_for_another_fetching_into_the_same_ivy_cache(tmp_path, capfd):
+    """Two commands starting together on a fresh machine: the second waits for the first's fetch
+    (Ivy's cache is not safe for two downloads of one JAR); a start with the JARs cached takes no lock."""
+    extra, entered = [f"spark.jars.ivy={tmp_path}"], threading.Event()
+
+    def start():
+        with spark_log.package_fetch("io.delta:delta-spark_2.13:4.0.1", extra):
+            entered.set()
+
+    with open(tmp_path / spark_log.FETCH_LOCK, "a") as other:  # another command's fetch under way
+        fcntl.flock(other, fcntl.LOCK_EX)
+        waiting = threading.Thread(target=start)
+        waiting.start()
+        assert not entered.wait(1.0)
+        _, err = capfd.readouterr()
+        assert "first start: fetching io.delta:delta-spark_2.13:4.0.1" in err and "waiting for it" in err
+        fcntl.flock(other, fcntl.LOCK_UN)
+        waiting.join(10)
+        assert entered.is_set()
+
+        fcntl.flock(other, fcntl.LOCK_EX)  # held again, but this start has nothing to fetch
+        (tmp_path / "jars").mkdir()
+        (tmp_path / "jars" / "io.delta_delta-spark_2.13-4.0.1.jar").write_bytes(b"")
+        with spark_log.package_fetch("io.delta:delta-spark_2.13:4.0.1", extra):
+            pass
+        assert capfd.readouterr().err == ""
 
 
 # -- the live line of a fetch (jobs/progress.py) --------------------------------------------------
