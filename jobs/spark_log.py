@@ -97,8 +97,13 @@ def package_fetch(packages: str, extra: list[str]):
     print(f"deltacrawl: first start: fetching {', '.join(missing)} and dependencies from Maven "
           f"(cached for every later start)", file=sys.stderr, flush=True)
     home = ivy_home(extra)
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / FETCH_LOCK, "a") as lock:
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        lock = open(home / FETCH_LOCK, "a")
+    except OSError:  # an Ivy home this user cannot write to: Ivy's own error says so, in the JVM's log
+        yield
+        return
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -103,6 +103,10 @@ def test_a_first_start_waits_for_another_fetching_into_the_same_ivy_cache(tmp_pa
             pass
         assert capfd.readouterr().err == ""
 
+    (tmp_path / "a-file").write_bytes(b"")  # an Ivy home that cannot be made: no lock, and no error of ours
+    with spark_log.package_fetch("io.delta:delta-spark_2.13:4.0.1", [f"spark.jars.ivy={tmp_path / 'a-file' / 'ivy'}"]):
+        pass
+
 
 # -- the live line of a fetch (jobs/progress.py) --------------------------------------------------
 def _snap(pages, followed=0, hosts=10, busy=10, done=False):
