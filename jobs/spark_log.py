@@ -8,6 +8,9 @@ warnings land there too) and this process gets its console back at once.
 
 Under ``spark-submit`` the JVM is already running (its launcher owns the output), and
 a session that already exists in the process is reused: both leave the console alone.
+
+A first start (packages missing from the Ivy cache) names them on the console and holds a lock in the
+Ivy home while its JVM fetches them (:func:`package_fetch`), so commands starting together fetch in turn.
 """
 
 from __future__ import annotations
