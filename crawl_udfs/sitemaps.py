@@ -27,8 +27,11 @@ Guarantees:
   so a chain of generated index files ends (``max_index_depth``); a loop of
   index files ends anyway, as a known URL is not inserted again.
 - ``lastmod`` (W3C Datetime: a date, or a date and time with a zone) becomes
-  epoch seconds; an invalid one, or one later than ``not_after`` (the fetch
-  time: a sitemap cannot know a future change), is ignored.
+  epoch seconds; an invalid one is ignored. ``not_after`` is the fetch time: a
+  sitemap cannot know a future change. A lastmod at most :data:`CLOCK_SKEW_S`
+  after it is the server's clock ahead of ours, or a "now" written in whole
+  seconds (``…T17:19:25Z`` for a request sent at 17:19:24.98): it is taken as
+  the fetch time. One further ahead is ignored (a broken sitemap).
 
 Reference: https://www.sitemaps.org/protocol.html (caps, index files, W3C Datetime).
 """
@@ -50,6 +53,9 @@ SITEMAP = "sitemap"
 #: Outlink kinds: a URL a sitemap lists, and a child sitemap an index lists.
 URL_KIND = "sitemap"
 CHILD_KIND = "sitemap_child"
+
+#: Seconds a lastmod may be after the fetch time and still count (as the fetch time): clocks differ.
+CLOCK_SKEW_S = 900.0
 
 _CHUNK = 65536
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -167,7 +173,7 @@ def _take(out: Sitemap, entry: dict[str, str], child: bool, host: str, depth: in
         return True
     lastmod = parse_lastmod(entry.get("lastmod"))
     if lastmod is not None and not_after is not None and lastmod > not_after:
-        lastmod = None
+        lastmod = not_after if lastmod <= not_after + CLOCK_SKEW_S else None
     if not child:
         out.urls.append(Entry(url, lastmod))
     elif depth < max_index_depth:

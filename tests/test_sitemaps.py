@@ -17,7 +17,8 @@ from crawl_udfs.classify import rules_for
 from crawl_udfs.fetcher import FetchResponse
 from crawl_udfs.pages import PageWork
 from crawl_udfs.rows import FetchItem
-from crawl_udfs.sitemaps import CHILD_KIND, SITEMAP, URL_KIND, parse_lastmod, parse_sitemap, robots_sitemaps
+from crawl_udfs.sitemaps import (CHILD_KIND, CLOCK_SKEW_S, SITEMAP, URL_KIND, parse_lastmod, parse_sitemap,
+                                 robots_sitemaps)
 from crawl_udfs.url_normalize import CachedNormalizer, UrlNormalizer, fingerprint
 
 CONF = config.load(overrides=["sitemaps.enabled=true"])
@@ -129,9 +130,14 @@ def test_lastmod_parsing(text, want):
     assert parse_lastmod(text) == (None if want is None else want.timestamp())
 
 
-def test_a_lastmod_after_the_fetch_is_ignored():
-    sm = read(urlset(("http://a.test/f", "2030-01-01"), ("http://a.test/p", "2026-05-31")))
-    assert [e.lastmod is None for e in sm.urls] == [True, False]
+def test_a_lastmod_after_the_fetch_is_ignored_unless_within_the_clock_skew():
+    def at(seconds: float) -> str:
+        return dt.datetime.fromtimestamp(T_FETCH + seconds, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sm = read(urlset(("http://a.test/f", "2030-01-01"), ("http://a.test/p", "2026-05-31"),
+                     ("http://a.test/s", at(1)), ("http://a.test/e", at(CLOCK_SKEW_S)),
+                     ("http://a.test/l", at(CLOCK_SKEW_S + 1))))
+    # a "now" a second ahead of ours (a server's clock, or a whole-second stamp) is the fetch time, never later
+    assert [e.lastmod for e in sm.urls] == [None, T_FETCH - 86400, T_FETCH, T_FETCH, None]
 
 
 def test_robots_sitemaps_on_the_host_then_the_default_path():
